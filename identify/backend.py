@@ -1,0 +1,68 @@
+"""The small interface every backend (the PyBullet twin, the EtherCAT arm) implements.
+
+The pipeline only ever talks to a :class:`Backend`: give it a trajectory, get a
+:class:`~identify.recording.Recording` back. Backends live in the `twin` and `robot` packages;
+`identify` never imports them -- the scenario layer looks them up by name through
+:func:`load_backend`.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .recording import Recording
+
+
+@runtime_checkable
+class Trajectory(Protocol):
+    """A joint trajectory a backend can execute.
+
+    Attributes:
+        duration: length of one run [s].
+        n_joints: number of joints n.
+    """
+
+    duration: float
+
+    @property
+    def n_joints(self) -> int: ...
+
+    def evaluate(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Position [rad], velocity [rad/s], acceleration [rad/s^2] at times t (N,) -> 3 x (N, n)."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Runs trajectories on an arm (simulated or physical)."""
+
+    name: str
+
+    def run(self, trajectory: Trajectory, *, periods: int = 1, progress: bool = False) -> Recording:
+        """Execute `trajectory` `periods` times back to back (starting and ending at rest at
+        its start pose) and return the sampled recording. Must check the trajectory against the
+        arm's limits before moving anything, and raise ValueError naming joint and sample if
+        it does not fit."""
+        ...
+
+    def close(self) -> None:
+        """Release the simulator / bus."""
+        ...
+
+
+# backend name -> "module:factory". The factory takes (arm_config: dict, settings: dict).
+BACKENDS = {
+    "twin": "twin.backend:make_backend",
+    "hardware": "robot.backend:make_backend",
+}
+
+
+def load_backend(name: str, arm: dict, settings: dict) -> Backend:
+    """Instantiate the backend registered under `name` (imported lazily, by name only)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}")
+    module, attr = BACKENDS[name].split(":")
+    factory = getattr(importlib.import_module(module), attr)
+    return factory(arm, settings)

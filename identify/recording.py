@@ -1,0 +1,232 @@
+"""The one data type every backend returns: a sampled record of a run on the arm.
+
+A `Recording` holds what a real arm can measure (link encoder, joint torque sensor, motor
+current) plus the commanded trajectory. The twin additionally fills `truth` with its internal
+ground truth (true states, friction components, motor angles); identification code must never
+read `truth` -- it exists only so tests and reports can compare identified values with the truth.
+
+Files: a single ``.npz``. Writing is atomic (temporary file + ``os.replace``), so a run killed
+mid-write never leaves a file that looks complete. Backends that stream (the hardware loop) write
+chunks with :class:`ChunkWriter` and assemble them with :func:`assemble_chunks`; a killed stream
+leaves only complete chunks, which :func:`assemble_chunks` recovers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+
+# Channels that are (N, n) arrays; `t` is (N,). Optional channels may be None.
+_CHANNELS = ("q", "tau_j", "i_m", "tau_m", "q_cmd", "qd", "status")
+_REQUIRED = ("q",)
+
+
+@dataclass
+class Recording:
+    """Sampled measurements of one run.
+
+    Attributes (N samples, n joints, SI units):
+        t:      (N,) sample times [s], strictly increasing.
+        q:      (N, n) measured link position (link-side encoder) [rad].
+        tau_j:  (N, n) joint torque sensor reading tau_r [N*m], or None.
+        i_m:    (N, n) motor current [A], or None.
+        tau_m:  (N, n) motor torque reflected to the link, eta*beta*i [N*m], or None.
+        q_cmd:  (N, n) commanded link position [rad], or None.
+        qd:     (N, n) velocity reported by the drive [rad/s], or None (identification
+                normally differentiates `q` instead).
+        status: (N, n) drive status words (hardware), or None.
+        rate_hz: nominal sample rate [Hz].
+        joint_names: joint order of the columns.
+        meta:   JSON-serialisable metadata (arm, backend, seed, settings, trajectory).
+        truth:  ground truth known only to a simulator: name -> (N, ...) array. Never read by
+                identification code.
+    """
+
+    t: np.ndarray
+    q: np.ndarray
+    rate_hz: float
+    joint_names: list[str]
+    tau_j: np.ndarray | None = None
+    i_m: np.ndarray | None = None
+    tau_m: np.ndarray | None = None
+    q_cmd: np.ndarray | None = None
+    qd: np.ndarray | None = None
+    status: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+    truth: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.t = np.asarray(self.t, dtype=float)
+        if self.t.ndim != 1:
+            raise ValueError(f"Recording.t must be 1-D, got shape {self.t.shape}")
+        n_s = self.t.shape[0]
+        n_j = len(self.joint_names)
+        for name in _CHANNELS:
+            v = getattr(self, name)
+            if v is None:
+                continue
+            v = np.asarray(v, dtype=float if name != "status" else np.int64)
+            if v.shape != (n_s, n_j):
+                raise ValueError(
+                    f"Recording.{name} has shape {v.shape}, expected ({n_s}, {n_j}) "
+                    f"= (samples in t, joints {self.joint_names})")
+            setattr(self, name, v)
+        if n_s > 1 and not np.all(np.diff(self.t) > 0):
+            k = int(np.argmax(~(np.diff(self.t) > 0)))
+            raise ValueError(f"Recording.t is not strictly increasing at sample {k + 1} "
+                             f"(t[{k}]={self.t[k]!r}, t[{k + 1}]={self.t[k + 1]!r})")
+        if not self.rate_hz > 0:
+            raise ValueError(f"Recording.rate_hz must be > 0, got {self.rate_hz!r}")
+        self.truth = {k: np.asarray(v) for k, v in self.truth.items()}
+
+    @property
+    def n_samples(self) -> int:
+        return self.t.shape[0]
+
+    @property
+    def n_joints(self) -> int:
+        return len(self.joint_names)
+
+    @property
+    def duration(self) -> float:
+        return float(self.t[-1] - self.t[0]) if self.n_samples else 0.0
+
+    def window(self, start: int, stop: int | None = None) -> "Recording":
+        """Samples [start, stop) as a new Recording (truth sliced alike)."""
+        sl = slice(start, stop)
+        kw = {f.name: getattr(self, f.name) for f in fields(self)}
+        kw["t"] = self.t[sl]
+        for name in _CHANNELS:
+            if kw[name] is not None:
+                kw[name] = kw[name][sl]
+        kw["truth"] = {k: v[sl] for k, v in self.truth.items()}
+        kw["meta"] = dict(self.meta)
+        return Recording(**kw)
+
+    # -- files -------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write atomically to a single .npz file; returns the path."""
+        path = Path(path)
+        arrays = _to_arrays(self)
+        _atomic_savez(path, arrays)
+        return path
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> "Recording":
+        """Read a file written by :meth:`save`. Raises ValueError naming the file if it is not one."""
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"recording file not found: {path}")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                data = {k: z[k] for k in z.files}
+        except Exception as exc:  # zipfile/pickle errors -> one clear message
+            raise ValueError(f"{path}: not a readable recording file ({exc})") from exc
+        return _from_arrays(data, str(path))
+
+
+def _to_arrays(rec: Recording) -> dict[str, np.ndarray]:
+    header = {"format": "twinid-recording", "version": FORMAT_VERSION,
+              "rate_hz": rec.rate_hz, "joint_names": list(rec.joint_names), "meta": rec.meta}
+    arrays = {"header": np.frombuffer(json.dumps(header, default=_json_default).encode(), np.uint8),
+              "t": rec.t}
+    for name in _CHANNELS:
+        v = getattr(rec, name)
+        if v is not None:
+            arrays[name] = v
+    for k, v in rec.truth.items():
+        arrays["truth/" + k] = v
+    return arrays
+
+
+def _from_arrays(data: dict[str, np.ndarray], where: str) -> Recording:
+    if "header" not in data or "t" not in data:
+        raise ValueError(f"{where}: not a twinid recording (no header/t arrays)")
+    header = json.loads(bytes(data["header"].astype(np.uint8)).decode())
+    if header.get("format") != "twinid-recording":
+        raise ValueError(f"{where}: not a twinid recording (format={header.get('format')!r})")
+    if header.get("version", 0) > FORMAT_VERSION:
+        raise ValueError(f"{where}: recording format version {header['version']} is newer than "
+                         f"this program's ({FORMAT_VERSION})")
+    kw = {name: data.get(name) for name in _CHANNELS}
+    truth = {k[len("truth/"):]: v for k, v in data.items() if k.startswith("truth/")}
+    return Recording(t=data["t"], rate_hz=float(header["rate_hz"]),
+                     joint_names=list(header["joint_names"]), meta=header.get("meta", {}),
+                     truth=truth, **kw)
+
+
+def _json_default(o):
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"metadata value of type {type(o).__name__} is not JSON-serialisable")
+
+
+def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class ChunkWriter:
+    """Streams a recording to disk while it is made, as numbered complete chunk files.
+
+    Each chunk is written atomically, so a process killed at any moment leaves only whole chunks;
+    :func:`assemble_chunks` turns the folder into one Recording (and file). Use for long runs whose
+    samples must survive a crash (the hardware loop).
+    """
+
+    def __init__(self, folder: str | os.PathLike, joint_names: list[str], rate_hz: float,
+                 meta: dict | None = None):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.joint_names = list(joint_names)
+        self.rate_hz = float(rate_hz)
+        self.meta = dict(meta or {})
+        self._k = len(list(self.folder.glob("chunk_*.npz")))
+
+    def write(self, t: np.ndarray, **channels: np.ndarray) -> Path:
+        """Write one chunk: `t` (M,) and channels named as Recording fields, each (M, n)."""
+        rec = Recording(t=t, rate_hz=self.rate_hz, joint_names=self.joint_names,
+                        meta=self.meta, **channels)
+        path = self.folder / f"chunk_{self._k:06d}.npz"
+        rec.save(path)
+        self._k += 1
+        return path
+
+
+def assemble_chunks(folder: str | os.PathLike, out: str | os.PathLike | None = None) -> Recording:
+    """Concatenate the complete chunks in `folder` (in order) into one Recording; save to `out`."""
+    folder = Path(folder)
+    parts = sorted(folder.glob("chunk_*.npz"))
+    if not parts:
+        raise ValueError(f"{folder}: no recorded chunks")
+    recs = [Recording.load(p) for p in parts]
+    first = recs[0]
+    kw = {}
+    for name in _CHANNELS:
+        vals = [getattr(r, name) for r in recs]
+        kw[name] = None if any(v is None for v in vals) else np.concatenate(vals)
+    rec = Recording(t=np.concatenate([r.t for r in recs]), rate_hz=first.rate_hz,
+                    joint_names=first.joint_names, meta=first.meta, **kw)
+    if out is not None:
+        rec.save(out)
+    return rec

@@ -1,0 +1,203 @@
+"""Symbolic (CasADi SX) rigid-body regressor of a serial revolute chain.
+
+tau = Y(q, qd, qdd) p with p the 10n standard parameters (per link
+[m, mcx, mcy, mcz, Ixx, Ixy, Iyy, Ixz, Iyz, Izz] in the link frame, inertia about its origin).
+
+Derivation (Newton-Euler in link frames, Khalil/Atkeson style): the forward pass gives each link's
+angular velocity w, angular acceleration wd and origin acceleration a (gravity entering as a base
+acceleration -g). The link's wrench about its origin is linear in its parameters:
+    f = a m + (S(wd) + S(w)^2) h,                 h = m c
+    n = -S(a) h + (L(wd) + S(w) L(w)) Ibar,       I w = L(w) Ibar
+so the 6x10 block A_i(w, wd, a) maps link i's parameters to its wrench. The backward pass carries
+the blocks down the chain (f_{i-1} += R f_i, n_{i-1} += R n_i + p x R f_i) and row i of Y is the
+joint axis component of the accumulated moment at joint i.
+
+The expression graph is built once per model; numerical evaluation over N samples uses CasADi's
+`map` (one call, no Python loop over samples).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import casadi as ca
+import numpy as np
+
+from .spatial import axis_rotation
+
+
+def _cross(a, b):
+    return ca.vertcat(a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+
+
+def _skew(v):
+    return ca.vertcat(ca.horzcat(0, -v[2], v[1]), ca.horzcat(v[2], 0, -v[0]),
+                      ca.horzcat(-v[1], v[0], 0))
+
+
+def _L(w):
+    z = 0
+    return ca.vertcat(ca.horzcat(w[0], w[1], z, w[2], z, z),
+                      ca.horzcat(z, w[0], w[1], z, w[2], z),
+                      ca.horzcat(z, z, z, w[0], w[1], w[2]))
+
+
+def _rotations(placements: np.ndarray, axes: np.ndarray, q):
+    """Per joint: (R, p) of frame i in frame i-1 as CasADi expressions."""
+    out = []
+    for i in range(placements.shape[0]):
+        Rq = _sx_matrix(axis_rotation(axes[i], q[i], xp=ca))
+        R = ca.mtimes(ca.DM(placements[i, :3, :3]), Rq)
+        out.append((R, ca.DM(placements[i, :3, 3])))
+    return out
+
+
+def _sx_matrix(rows):
+    return ca.vertcat(*[ca.horzcat(*r) for r in rows])
+
+
+def build_regressor(placements: np.ndarray, axes: np.ndarray, gravity: np.ndarray) -> ca.Function:
+    """CasADi Function Y(q, qd, qdd) -> (n, 10n) for a chain (see module docstring).
+
+    Args:
+        placements: (n, 4, 4) joint frame poses in the parent joint frame at q = 0.
+        axes: (n, 3) unit joint axes in each joint frame.
+        gravity: (3,) gravity vector in the base frame [m/s^2].
+    """
+    n = placements.shape[0]
+    q, qd, qdd = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
+    Rp = _rotations(placements, axes, q)
+    w = ca.SX.zeros(3)
+    wd = ca.SX.zeros(3)
+    a = ca.SX(ca.DM(-np.asarray(gravity, dtype=float)))
+    blocks = []
+    for i in range(n):
+        R, p = Rp[i]
+        Rt = R.T
+        z = ca.DM(axes[i])
+        a = ca.mtimes(Rt, a + _cross(wd, p) + _cross(w, _cross(w, p)))
+        w_in = ca.mtimes(Rt, w)
+        w = w_in + z * qd[i]
+        wd = ca.mtimes(Rt, wd) + z * qdd[i] + _cross(w_in, z * qd[i])
+        Sw, Swd = _skew(w), _skew(wd)
+        top = ca.horzcat(a, Swd + ca.mtimes(Sw, Sw), ca.SX.zeros(3, 6))
+        bot = ca.horzcat(ca.SX.zeros(3, 1), -_skew(a), _L(wd) + ca.mtimes(Sw, _L(w)))
+        blocks.append((top, bot))
+    # backward pass: F[j] / N[j] hold the force/moment of links >= i due to link j's parameters,
+    # expressed in frame i.
+    Y = ca.SX.zeros(n, 10 * n)
+    F: dict[int, ca.SX] = {}
+    Nm: dict[int, ca.SX] = {}
+    for i in range(n - 1, -1, -1):
+        if i < n - 1:
+            R, p = Rp[i + 1]
+            for j in list(F):
+                f = ca.mtimes(R, F[j])
+                Nm[j] = ca.mtimes(R, Nm[j]) + ca.mtimes(_skew(p), f)
+                F[j] = f
+        F[i], Nm[i] = blocks[i]
+        z = ca.DM(axes[i]).T
+        for j in F:
+            Y[i, 10 * j:10 * (j + 1)] = ca.mtimes(z, Nm[j])
+    return ca.Function("Y", [q, qd, qdd], [Y], ["q", "qd", "qdd"], ["Y"])
+
+
+def build_link_origins(placements: np.ndarray, axes: np.ndarray) -> ca.Function:
+    """CasADi Function q (n,) -> (3, n+1): base origin then each joint frame origin [m]."""
+    n = placements.shape[0]
+    q = ca.SX.sym("q", n)
+    R_w = ca.SX.eye(3)
+    p_w = ca.SX.zeros(3)
+    cols = [p_w]
+    for i, (R, p) in enumerate(_rotations(placements, axes, q)):
+        p_w = p_w + ca.mtimes(R_w, p)
+        R_w = ca.mtimes(R_w, R)
+        cols.append(p_w)
+    return ca.Function("origins", [q], [ca.horzcat(*cols)], ["q"], ["p"])
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("TWINID_CACHE", Path.home() / ".cache" / "twinid")) / "codegen"
+
+
+def compile_function(f: ca.Function) -> ca.Function:
+    """The same Function as generated C compiled with the system C compiler (cached on disk,
+    keyed by the function's serialized graph). Falls back to CasADi's virtual machine -- with a
+    warning -- when no compiler is available."""
+    key = hashlib.sha256(f.serialize().encode()).hexdigest()[:20]
+    folder = _cache_dir()
+    so = folder / f"{f.name()}_{key}.so"
+    if not so.exists():
+        cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+        if cc is None:
+            warnings.warn("no C compiler found: evaluating the regressor in CasADi's virtual "
+                          "machine (about 20x slower)", RuntimeWarning, stacklevel=2)
+            return f
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            cg = ca.CodeGenerator(f"{f.name()}_{key}.c", {"with_header": False})
+            cg.add(f)
+            cg.generate(tmp + os.sep)
+            tmp_so = Path(tmp) / so.name
+            res = subprocess.run([cc, "-O2", "-shared", "-fPIC", str(Path(tmp) / f"{f.name()}_{key}.c"),
+                                  "-o", str(tmp_so), "-lm"], capture_output=True, text=True)
+            if res.returncode != 0:
+                warnings.warn(f"compiling the regressor failed ({res.stderr.strip()[:300]}); "
+                              f"using CasADi's virtual machine", RuntimeWarning, stacklevel=2)
+                return f
+            os.replace(tmp_so, so)  # atomic: concurrent processes never load a partial file
+    return ca.external(f.name(), str(so))
+
+
+class BatchEvaluator:
+    """Evaluates a Function of column-vector inputs over N samples without a Python loop over
+    samples: a compiled copy mapped over fixed-size chunks, reading/writing numpy memory directly.
+
+    Call with arrays (N, k_i); returns (N, rows, cols) of the single output.
+    """
+
+    def __init__(self, f: ca.Function, chunk: int = 2048, compiled: bool = True):
+        self.f = f
+        self.rows, self.cols = f.size_out(0)
+        self.chunk = chunk
+        self._fc = compile_function(f) if compiled else f
+        self._maps: dict[int, ca.Function] = {}
+
+    def _map(self, size: int) -> ca.Function:
+        if size not in self._maps:
+            self._maps[size] = self._fc.map(size, "serial")
+        return self._maps[size]
+
+    def __call__(self, *args: np.ndarray) -> np.ndarray:
+        N = args[0].shape[0]
+        # CasADi reads column-major: a C-contiguous (N, k) array is the k x N matrix it wants,
+        # and its (rows x cols*N) output is a C array (N, cols, rows).
+        ins = [np.ascontiguousarray(a, dtype=float) for a in args]
+        out = np.empty((N, self.cols, self.rows))
+        start = 0
+        while start < N:
+            left = N - start
+            # map sizes are powers of two up to `chunk` (few distinct maps to build and cache);
+            # a short tail is padded rather than given a map of its own
+            size = self.chunk if left >= self.chunk else 1 << (left - 1).bit_length()
+            take = min(size, left)
+            if take == size:
+                args_k = [a[start:start + size] for a in ins]
+                out_k = out[start:start + size]
+            else:
+                args_k = [np.concatenate([a[start:], np.repeat(a[-1:], size - take, 0)]) for a in ins]
+                out_k = np.empty((size, self.cols, self.rows))
+            buf, run = self._map(size).buffer()
+            for i, a in enumerate(args_k):
+                buf.set_arg(i, memoryview(a))
+            buf.set_res(0, memoryview(out_k))
+            run()
+            if take != size:
+                out[start:] = out_k[:take]
+            start += take
+        return out.transpose(0, 2, 1)

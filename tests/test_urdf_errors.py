@@ -1,0 +1,85 @@
+"""Bad URDFs raise errors that name the problem; fixed joints are merged correctly."""
+import numpy as np
+import pytest
+
+from identify import RobotModel
+from identify.urdf import URDFError, load_chain
+
+INERTIAL = """<inertial><origin xyz="0.01 0.02 0.03"/><mass value="1.5"/>
+  <inertia ixx="0.01" ixy="0" ixz="0" iyy="0.02" iyz="0" izz="0.015"/></inertial>"""
+
+
+def _write(tmp_path, body, name="bad.urdf"):
+    path = tmp_path / name
+    path.write_text(f'<?xml version="1.0"?><robot name="t">{body}</robot>')
+    return path
+
+
+def _link(name, inertial=True):
+    return f'<link name="{name}">{INERTIAL if inertial else ""}</link>'
+
+
+def _joint(name, parent, child, jtype="revolute", xyz="0 0 0.1", axis="0 0 1"):
+    lim = '<limit lower="-3" upper="3" effort="10" velocity="2"/>' if jtype != "fixed" else ""
+    return (f'<joint name="{name}" type="{jtype}"><parent link="{parent}"/><child link="{child}"/>'
+            f'<origin xyz="{xyz}"/><axis xyz="{axis}"/>{lim}</joint>')
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.urdf"):
+        RobotModel.from_urdf(tmp_path / "nope.urdf")
+
+
+def test_tree_is_refused(tmp_path):
+    path = _write(tmp_path, _link("base") + _link("a") + _link("b") +
+                  _joint("j1", "base", "a") + _joint("j2", "base", "b"))
+    with pytest.raises(URDFError, match=r"not a serial chain.*'j1' and 'j2'"):
+        load_chain(path)
+
+
+def test_prismatic_is_refused_unless_locked(tmp_path):
+    path = _write(tmp_path, _link("base") + _link("a") + _link("b") +
+                  _joint("j1", "base", "a") + _joint("slide", "a", "b", "prismatic"))
+    with pytest.raises(URDFError, match=r"joint 'slide' is 'prismatic'"):
+        load_chain(path)
+    chain = load_chain(path, joints=["j1"])  # locked at zero -> merged
+    assert chain.joint_names == ["j1"]
+
+
+def test_floating_is_refused(tmp_path):
+    path = _write(tmp_path, _link("base") + _link("a") + _joint("free", "base", "a", "floating"))
+    with pytest.raises(URDFError, match=r"'free' is 'floating'"):
+        load_chain(path)
+
+
+def test_missing_inertial_is_named(tmp_path):
+    path = _write(tmp_path, _link("base", inertial=False) + _link("a") + _link("tool", False) +
+                  _joint("j1", "base", "a") + _joint("fix", "a", "tool", "fixed"))
+    with pytest.raises(URDFError, match=r"link 'tool' \(moved by joint 'j1'\) has no <inertial>"):
+        load_chain(path)
+
+
+def test_unknown_joint_subset_and_bad_xml(tmp_path):
+    path = _write(tmp_path, _link("base") + _link("a") + _joint("j1", "base", "a"))
+    with pytest.raises(URDFError, match=r"joint\(s\) \['jx'\] not in the URDF"):
+        load_chain(path, joints=["jx"])
+    bad = tmp_path / "broken.urdf"
+    bad.write_text("<robot><link name='a'>")
+    with pytest.raises(URDFError, match="broken.urdf: not valid XML"):
+        load_chain(bad)
+
+
+def test_fixed_joint_merge_equals_single_body(tmp_path):
+    """Two links joined by a fixed joint behave as one body with the combined inertia."""
+    two = _write(tmp_path, _link("base") + _link("a") + _link("b") +
+                 _joint("j1", "base", "a") + _joint("fix", "a", "b", "fixed", xyz="0.2 0 0") +
+                 _link("c") + _joint("j2", "b", "c", axis="0 1 0"), "two.urdf")
+    import pinocchio as pin
+    m = RobotModel.from_urdf(two)
+    pm = pin.buildModelFromUrdf(str(two))
+    pd = pm.createData()
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        q, qd, qdd = rng.normal(size=(3, 2))
+        np.testing.assert_allclose(m.inverse_dynamics(q, qd, qdd), pin.rnea(pm, pd, q, qd, qdd),
+                                   rtol=1e-10, atol=1e-12)
