@@ -1,9 +1,14 @@
 import os
-import sys
-from pathlib import Path
 
-import matplotlib
-import pytest
+# Small linear-algebra problems run 30x slower with multi-threaded BLAS on a busy 2-core box;
+# set before numpy is first imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import matplotlib  # noqa: E402
+import pytest  # noqa: E402
 
 matplotlib.use("Agg")
 

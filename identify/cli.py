@@ -1,0 +1,162 @@
+"""The ``twinid`` command (also ``python -m identify``).
+
+Subcommands::
+
+    twinid run SCENARIO [--out DIR]            whole pipeline: trajectories, backend run, identification, report
+    twinid sweep SCENARIO [--out DIR] [--dask ADDRESS] [--workers N]
+                                               noise-sensitivity grid x Monte Carlo seeds
+    twinid fit SCENARIO [--out DIR] [--log FILE] [--validation-log FILE]
+                                               identify from recordings / CSV / NPZ logs made elsewhere
+    twinid trajectory SCENARIO [--out DIR]     optimize and save the excitation/validation trajectories
+    twinid report DIR                          rebuild report.md / report.html of a finished run
+
+Exit codes (scripts can rely on them):
+
+    0    success
+    2    bad input: malformed scenario (one line ``file:line: key.path: message``), bad log file,
+         infeasible trajectory request, unusable URDF, bad command-line arguments, missing run folder
+    3    runtime failure (solver failure, backend error, ...)
+    4    safety refusal: the backend refused to move the arm (limits, not armed, ...) or a
+         safety stop of the hardware backend (robot.safety.SafetyError and subclasses)
+    130  interrupted (Ctrl-C); finished sweep runs stay on disk and are skipped on the next run
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from . import progress
+from .scenario import ScenarioError
+
+EXIT_OK, EXIT_INPUT, EXIT_RUNTIME, EXIT_SAFETY, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+
+
+# exceptions of other modules that mean "the request cannot be satisfied as given" (exit 2):
+# an infeasible trajectory request (identify.excitation), an unreadable log (identify.logs),
+# a URDF that is not a serial revolute chain (identify.urdf).
+_INPUT_ERRORS = ("ExcitationInfeasible", "LogError", "URDFError")
+
+
+class InputError(ValueError):
+    """Bad user input other than the scenario file (exit code 2)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress bars or status lines (errors still go to stderr)")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="print the full traceback on runtime failures")
+    p = argparse.ArgumentParser(
+        prog="twinid", parents=[common],
+        description="Dynamic parameter identification of robot arms: PyBullet twin or EtherCAT arm.",
+        epilog="exit codes: 0 ok, 2 bad input/scenario, 3 runtime failure, 4 safety refusal, "
+               "130 interrupted. See docs/cli.md for the scenario keys.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    r = sub.add_parser("run", parents=[common], help="run the whole pipeline from a scenario")
+    r.add_argument("scenario", help="scenario YAML file")
+    r.add_argument("--out", help="run folder (default: <outputs.dir>/<timestamp>_<name>)")
+
+    s = sub.add_parser("sweep", parents=[common], help="noise-sensitivity sweep (grid x seeds)")
+    s.add_argument("scenario", help="scenario YAML file (uses its sweep section)")
+    s.add_argument("--out", help="sweep folder; re-running on the same folder skips finished runs")
+    s.add_argument("--dask", metavar="ADDRESS", help="run on this Dask distributed scheduler")
+    s.add_argument("--workers", type=int, help="local worker processes (default: all cores)")
+
+    f = sub.add_parser("fit", parents=[common], help="identify from recordings or CSV/NPZ logs")
+    f.add_argument("scenario", help="scenario YAML file (uses its fit section)")
+    f.add_argument("--out", help="run folder")
+    f.add_argument("--log", help="excitation log/recording (overrides fit.excitation.file)")
+    f.add_argument("--validation-log", help="validation log (overrides fit.validation.file)")
+
+    t = sub.add_parser("trajectory", parents=[common], help="optimize and save trajectories")
+    t.add_argument("scenario", help="scenario YAML file")
+    t.add_argument("--out", help="folder for the trajectory files and plots")
+
+    rp = sub.add_parser("report", parents=[common], help="rebuild the report of a finished run")
+    rp.add_argument("dir", help="run folder")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``twinid``; returns the exit code (see the module docstring)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help -> 0, usage error -> 2
+        return int(exc.code or 0)
+    quiet = getattr(args, "quiet", False)
+    debug = getattr(args, "debug", False)
+    progress.set_quiet(quiet)
+    try:
+        out = _dispatch(args)
+        if out is not None:      # the result path(s) on stdout, also under --quiet (for scripts)
+            print(out)
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("twinid: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except ScenarioError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_INPUT
+    except BaseException as exc:  # noqa: BLE001 -- map every failure onto an exit code
+        code = classify(exc)
+        if code is None:
+            raise
+        label = {EXIT_INPUT: "error", EXIT_SAFETY: "refused", EXIT_RUNTIME: "failed"}[code]
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"twinid: {label}: {msg}", file=sys.stderr)
+        if debug:
+            traceback.print_exc()
+        return code
+
+
+def classify(exc: BaseException) -> int | None:
+    """Exit code for an exception (None: let it propagate, e.g. SystemExit)."""
+    if isinstance(exc, (SystemExit, GeneratorExit)):
+        return None
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, (ScenarioError, InputError, FileNotFoundError)):
+        return EXIT_INPUT
+    names = {c.__name__ for c in type(exc).__mro__}
+    if any(n in _INPUT_ERRORS for n in names):
+        return EXIT_INPUT
+    if getattr(exc, "safety_refusal", False) or any("Safety" in n or "Refus" in n for n in names):
+        return EXIT_SAFETY
+    return EXIT_RUNTIME
+
+
+def _dispatch(args) -> str | None:
+    from .scenario import load_scenario
+    if args.command == "report":
+        from .report import build_report
+        if not os.path.isdir(args.dir):
+            raise InputError(f"{args.dir}: no such run folder")
+        paths = build_report(args.dir)
+        return "\n".join(str(p) for p in paths)
+    scn = load_scenario(args.scenario)
+    if args.command == "run":
+        from .pipeline import run_scenario
+        return str(run_scenario(scn, out=args.out).folder)
+    if args.command == "fit":
+        from .pipeline import fit_scenario
+        return str(fit_scenario(scn, out=args.out, log=args.log,
+                                validation_log=args.validation_log).folder)
+    if args.command == "trajectory":
+        from .pipeline import trajectories_only
+        return str(trajectories_only(scn, out=args.out))
+    if args.command == "sweep":
+        from .sweep import run_sweep
+        if args.workers is not None and args.workers < 1:
+            raise InputError(f"--workers must be >= 1, got {args.workers}")
+        res = run_sweep(scn, out=args.out, dask_address=args.dask, workers=args.workers)
+        return str(res.folder)
+    raise InputError(f"unknown command {args.command!r}")  # pragma: no cover -- argparse guards
+
+
+if __name__ == "__main__":
+    sys.exit(main())

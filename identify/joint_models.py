@@ -1,0 +1,691 @@
+"""The paper's two joint models: *simplified* (Coulomb-viscous) and *improved* (harmonic drive).
+
+    from identify.joint_models import SimplifiedModel, ImprovedModel
+    sm = SimplifiedModel(model, base).fit(d)            # tau'_m = W_b p_b + f_c sign(qd) + f_v qd
+    im = ImprovedModel(model, base, friction_term="linear").fit(d)
+    tau_m_hat = im.predict(d_val, route="closed_form")  # or route="eq24", simplified=sm
+
+`d` is any object with the attributes of :class:`identify.processing.Processed`: ``t`` (N,) [s] and
+``q, qd, qdd`` (N, n) [rad, rad/s, rad/s^2], ``tau_j`` (N, n) joint-torque-sensor reading tau_r
+[N*m], ``tau_m`` (N, n) motor torque reflected to the link, eta*beta*i [N*m].
+
+Improved model, per joint (all torques reflected to the link side; derivation in
+docs/joint_models.md):
+
+    tau'_m = tau_r * h + Phi @ c,   h = 1 / (1 - xi_lin - xi_opp * s * g)
+    Phi    = [sign(qd), qd, qdd, taudd_r]            (motor Coulomb, viscous, inertia, compliance)
+    s      = tanh(qd / load_eps)  (smoothed direction of motion),  g = sign(tau_r)
+
+``friction_term="linear"`` is the paper's reducer friction tau_rf = xi * tau'_r (xi_opp = 0);
+``"opposing"`` is tau_rf = xi * |tau'_r| * sign(qd), a loss that always opposes motion (xi_lin = 0);
+``"both"`` fits both coefficients; ``"auto"`` uses whichever of linear / opposing has the lower
+stage-2 residual (``compare_friction_terms_``). A joint whose sensor torque is too small to fix xi
+gets xi = 0 with std NaN (``Stage2Joint.xi_identified = False``).
+
+The paper's grouping of the torque difference,
+
+    dtau = tau'_m - tau_r = a1 tau'_m + a2 sign(qd) + a3 qd + a4 qdd + a5 taudd_r,
+
+is the linear variant with a1 = xi_lin and a_k = (1 - a1) c_k (k = 2..5). Stage 2 is fitted with the
+motor torque as the response (noise in tau'_m then stays in the response and does not bias a1):
+same model as the paper's, but the minimised residual is tau'_m's, not dtau's (= (1 - a1) times it,
+with the noisy tau'_m among the regressors).
+
+Prediction on a new trajectory (tau_r from stage 1, T_rp):
+  * ``route="eq24"``: the paper's eq. (24), dtau evaluated with tau'_m := the simplified model's
+    prediction T_pre, T_mp = T_rp + dtau(T_pre);
+  * ``route="closed_form"``: tau'_m = T_rp * h + Phi @ c (no simplified model needed; for the
+    linear variant this is (T_rp + a2 sign + a3 qd + a4 qdd + a5 taudd_r) / (1 - a1)).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FRICTION_VARIANTS = ("linear", "opposing", "both")
+# physical meaning of the stage-2 coefficients c_k (docs/joint_models.md)
+PHI_NAMES = ("f_mc", "f_mv", "J_m", "J_m/K")
+PHI_UNITS = ("N*m", "N*m*s/rad", "kg*m^2", "kg*m^2*rad/(N*m)")
+ROUTES = ("closed_form", "eq24")
+
+
+# --------------------------------------------------------------------------------------------
+# input checks and design matrices
+# --------------------------------------------------------------------------------------------
+def _channel(d, name: str, n: int | None = None, n_samples: int | None = None) -> np.ndarray:
+    """Fetch a (N, n) channel of processed data with a clear error if missing or malformed."""
+    x = getattr(d, name, None)
+    if x is None:
+        raise ValueError(f"processed data has no channel {name!r} (needed by the joint model)")
+    x = np.asarray(x, dtype=float)
+    if x.ndim != 2 or (n is not None and x.shape[1] != n):
+        raise ValueError(f"channel {name!r} has shape {x.shape}, expected (N, {n})")
+    if n_samples is not None and x.shape[0] != n_samples:
+        raise ValueError(f"channel {name!r} has {x.shape[0]} samples, q has {n_samples}")
+    bad = ~np.isfinite(x)
+    if bad.any():
+        k, j = np.argwhere(bad)[0]
+        raise ValueError(f"channel {name!r}: non-finite value {x[k, j]!r} at sample {k}, "
+                         f"joint {j + 1}")
+    return x
+
+
+def _states(d, n: int):
+    q = _channel(d, "q", n)
+    N = q.shape[0]
+    return q, _channel(d, "qd", n, N), _channel(d, "qdd", n, N)
+
+
+def _time(d, N: int) -> np.ndarray:
+    t = getattr(d, "t", None)
+    if t is None:
+        raise ValueError("processed data has no time stamps 't' (needed for taudd_r)")
+    t = np.asarray(t, dtype=float).reshape(-1)
+    if t.shape[0] != N:
+        raise ValueError(f"time stamps 't' have {t.shape[0]} samples, q has {N}")
+    if N < 3:
+        raise ValueError(f"need at least 3 samples, got {N}")
+    if not np.all(np.diff(t) > 0):
+        k = int(np.argmax(~(np.diff(t) > 0)))
+        raise ValueError(f"time stamps 't' are not strictly increasing at sample {k + 1}")
+    return t
+
+
+def _base_terms(base, n: int, terms: tuple) -> bool:
+    """True if `base` was computed with the friction `terms` (its full columns include them),
+    False if it covers the 10n inertial columns only."""
+    n_full = np.asarray(base.E).shape[1]
+    if n_full == 10 * n + len(terms) * n:
+        bt = getattr(base, "terms", None)
+        if bt is not None and tuple(bt) != tuple(terms):
+            raise ValueError(f"base parameters were computed with friction terms {tuple(bt)}, "
+                             f"the joint model uses {tuple(terms)}")
+        return True
+    if n_full == 10 * n:
+        return False
+    raise ValueError(f"base parameters have {n_full} full columns; expected {10 * n} (inertial) "
+                     f"or {10 * n + len(terms) * n} (inertial + friction terms {tuple(terms)})")
+
+
+def design_matrix(model, base, q, qd, qdd, *, terms=("viscous", "coulomb"),
+                  coulomb_eps: float = 0.0) -> tuple[np.ndarray, list[str]]:
+    """Base regressor with friction columns: rigid body W_b plus `terms` per joint.
+
+    Args:
+        model: RobotModel; base: BaseParameters of `model` (with or without the friction terms).
+        q, qd, qdd: (N, n) [rad, rad/s, rad/s^2].
+        terms: friction.joint_columns terms; coulomb_eps: tanh smoothing of sign [rad/s].
+    Returns:
+        W (N, n, p) and the p column names.
+    """
+    from .friction import column_names, full_regressor, joint_columns
+    n = model.n
+    terms = tuple(terms)
+    if _base_terms(base, n, terms):
+        return base.reduce(full_regressor(model, q, qd, qdd, terms, coulomb_eps)), list(base.names)
+    W = np.concatenate([base.reduce(model.regressor(q, qd, qdd)),
+                        joint_columns(qd, qdd, terms=terms, coulomb_eps=coulomb_eps)], axis=2)
+    return W, list(base.names) + (column_names(n, terms) if terms else [])
+
+
+def _given_design(obj, d, W):
+    """Design of `d` for a fitted/unfitted model `obj`: computed, or the caller's W checked."""
+    if W is None:
+        return obj.design(d)
+    W = np.asarray(W, dtype=float)
+    q = _channel(d, "q", obj.model.n)
+    p = len(design_matrix_names(obj.model, obj.base, obj.terms))
+    if W.ndim != 3 or W.shape != (q.shape[0], obj.model.n, p):
+        raise ValueError(f"precomputed design W has shape {W.shape}, expected "
+                         f"{(q.shape[0], obj.model.n, p)} (samples of q, joints, columns)")
+    return W
+
+
+def column_kinds(model, base, terms) -> np.ndarray:
+    """(p,) kind of each design_matrix column: "rigid" or the friction term's name."""
+    n = model.n
+    terms = tuple(terms)
+    if _base_terms(base, n, terms):
+        idx = np.asarray(base.independent)
+        fr = [terms[(i - 10 * n) // n] if i >= 10 * n else "rigid" for i in idx]
+    else:
+        fr = ["rigid"] * len(base.independent) + [t for t in terms for _ in range(n)]
+    return np.array(fr, dtype=object)
+
+
+def coulomb_mask(model, base, terms, coulomb_eps: float) -> np.ndarray:
+    """(p,) True for hard-sign Coulomb columns (coulomb_eps <= 0) of design_matrix."""
+    if coulomb_eps > 0:
+        return np.zeros(len(column_kinds(model, base, terms)), bool)
+    return column_kinds(model, base, terms) == "coulomb"
+
+
+def _make_estimator(estimator):
+    if not isinstance(estimator, str):
+        return estimator                      # an estimator instance with fit/predict
+    from . import estimators as est
+    table = {"ols": "OLS", "wls": "WLS", "ridge": "Ridge"}
+    key = estimator.lower()
+    if key not in table:
+        raise ValueError(f"unknown estimator {estimator!r}; choose one of {sorted(table)}")
+    return getattr(est, table[key])()
+
+
+def second_derivative(t: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """d^2x/dt^2 along axis 0 by two passes of second-order central differences.
+
+    Args: t (N,) [s]; x (N, ...). Returns (N, ...) [unit of x / s^2]."""
+    from .signal import differentiate
+    return differentiate(differentiate(x, t), t)
+
+
+# --------------------------------------------------------------------------------------------
+# simplified model
+# --------------------------------------------------------------------------------------------
+class SimplifiedModel:
+    """Paper §1.1 / §2.3.1: tau'_m = W_b(q, qd, qdd) p_b + f_c sign(qd) + f_v qd, fitted to the
+    motor torque by the chosen estimator ("wls" as in the paper, "ols", "ridge" or an instance).
+
+    After :meth:`fit`: ``params_`` (p,), ``std_`` (p,), ``names_`` (p,), ``estimator_``.
+    """
+
+    def __init__(self, model, base, estimator="wls", *, terms=("viscous", "coulomb"),
+                 coulomb_eps: float = 0.0):
+        self.model = model
+        self.base = base
+        self.estimator = estimator
+        self.terms = tuple(terms)
+        self.coulomb_eps = float(coulomb_eps)
+
+    def design(self, d) -> np.ndarray:
+        """(N, n, p) regressor of the simplified model for processed data `d`."""
+        q, qd, qdd = _states(d, self.model.n)
+        W, _ = design_matrix(self.model, self.base, q, qd, qdd, terms=self.terms,
+                             coulomb_eps=self.coulomb_eps)
+        return W
+
+    def fit(self, d, W: np.ndarray | None = None) -> "SimplifiedModel":
+        """Identify from the motor torque ``d.tau_m``.
+
+        `W` (N, n, p): a precomputed :meth:`design` of `d` (optional)."""
+        n = self.model.n
+        W = _given_design(self, d, W)
+        names = design_matrix_names(self.model, self.base, self.terms)
+        tau_m = _channel(d, "tau_m", n, W.shape[0])
+        self.estimator_ = _make_estimator(self.estimator).fit(
+            W, tau_m, names=names, joint_names=list(self.model.joint_names))
+        self.params_ = np.asarray(self.estimator_.params_, dtype=float)
+        self.std_ = np.asarray(self.estimator_.std_, dtype=float)
+        self.names_ = list(names)
+        return self
+
+    def predict(self, d, W: np.ndarray | None = None) -> np.ndarray:
+        """Predicted motor torque tau'_m (N, n) [N*m] on the states of `d`."""
+        _check_fitted(self, "SimplifiedModel")
+        W = _given_design(self, d, W)
+        return W @ self.params_
+
+
+def design_matrix_names(model, base, terms) -> list[str]:
+    from .friction import column_names
+    if _base_terms(base, model.n, tuple(terms)):
+        return list(base.names)
+    return list(base.names) + (column_names(model.n, terms) if terms else [])
+
+
+def _check_fitted(obj, what):
+    if not hasattr(obj, "params_"):
+        raise RuntimeError(f"{what} is not fitted yet; call fit(d) first")
+
+
+# --------------------------------------------------------------------------------------------
+# improved model, stage 2 (per joint)
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Stage2Joint:
+    """Stage-2 result for one joint.
+
+    Attributes:
+        xi: dict variant-coefficient -> value ("xi_lin", "xi_opp" as fitted).
+        theta: (k + 4,) fitted [xi..., c] ; cov: (k+4, k+4) covariance ; names: their names.
+        rms: residual RMS of the motor torque [N*m]; n_samples.
+        a / a_std: the paper's a1..a5 (linear variant only, else None).
+        xi_identified: False if the joint's torque-sensor signal is too small to identify xi
+            (xi then fixed at 0, its std NaN).
+    """
+
+    joint: str
+    variant: str
+    names: list
+    theta: np.ndarray
+    cov: np.ndarray
+    rms: float
+    n_samples: int
+    a: np.ndarray | None = None
+    a_std: np.ndarray | None = None
+    xi_identified: bool = True
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.sqrt(np.clip(np.diag(self.cov), 0.0, None))
+
+    def value(self, name: str) -> float:
+        return float(self.theta[self.names.index(name)])
+
+
+@dataclass
+class Stage2Result:
+    """Stage-2 coefficients of all joints for one friction variant."""
+
+    variant: str
+    joints: list = field(default_factory=list)        # list[Stage2Joint]
+
+    @property
+    def names(self) -> list:
+        return self.joints[0].names
+
+    @property
+    def params(self) -> np.ndarray:
+        """(n, k+4) fitted [xi..., f_mc, f_mv, J_m, J_m/K] per joint."""
+        return np.array([j.theta for j in self.joints])
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.array([j.std for j in self.joints])
+
+    @property
+    def a(self) -> np.ndarray | None:
+        """(n, 5) the paper's a1..a5 (linear variant), else None."""
+        if self.joints[0].a is None:
+            return None
+        return np.array([j.a for j in self.joints])
+
+    @property
+    def a_std(self) -> np.ndarray | None:
+        if self.joints[0].a_std is None:
+            return None
+        return np.array([j.a_std for j in self.joints])
+
+    @property
+    def rms(self) -> np.ndarray:
+        return np.array([j.rms for j in self.joints])
+
+    @property
+    def rms_overall(self) -> float:
+        w = np.array([j.n_samples for j in self.joints], float)
+        return float(np.sqrt(np.sum(w * self.rms ** 2) / np.sum(w)))
+
+    def table(self) -> str:
+        """Per-joint coefficient table, value +- std (physical names, then the paper's a's)."""
+        names = list(self.names)
+        head = f"{'joint':<8}" + "".join(f"{nm:>22}" for nm in names)
+        rows = [f"stage 2 ({self.variant} reducer friction); value +- std", head]
+        for j in self.joints:
+            rows.append(f"{j.joint:<8}" + "".join(f"{v:>12.4g} +-{s:<8.2g}"
+                                                  for v, s in zip(j.theta, j.std)))
+        if self.a is not None:
+            rows.append("paper grouping dtau = a1 tau'_m + a2 sign(qd) + a3 qd + a4 qdd "
+                        "+ a5 taudd_r")
+            rows.append(f"{'joint':<8}" + "".join(f"{f'a{k + 1}':>22}" for k in range(5)))
+            for j in self.joints:
+                rows.append(f"{j.joint:<8}" + "".join(f"{v:>12.4g} +-{s:<8.2g}"
+                                                      for v, s in zip(j.a, j.a_std)))
+        rows.append("residual RMS of tau'_m [N*m]: " + " ".join(f"{r:.4g}" for r in self.rms)
+                    + f"  overall {self.rms_overall:.4g}")
+        return "\n".join(rows)
+
+
+def _multipliers(variant: str, s: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """(N, k) multipliers M of the reducer-friction coefficients: h = 1 / (1 - M @ xi)."""
+    if variant == "linear":
+        return np.ones((s.shape[0], 1))
+    if variant == "opposing":
+        return (s * g)[:, None]
+    if variant == "both":
+        return np.stack([np.ones_like(s), s * g], axis=1)
+    raise ValueError(f"unknown friction_term {variant!r}; choose one of {FRICTION_VARIANTS}")
+
+
+def _xi_names(variant: str) -> list[str]:
+    return {"linear": ["xi_lin"], "opposing": ["xi_opp"], "both": ["xi_lin", "xi_opp"]}[variant]
+
+
+def _phi(qd, qdd, taudd_r, coulomb_eps: float, compliance: bool) -> np.ndarray:
+    """(N, n, 4 or 3) stage-2 columns [sign(qd), qd, qdd, taudd_r] per joint."""
+    sgn = np.sign(qd) if coulomb_eps <= 0 else np.tanh(qd / coulomb_eps)
+    cols = [sgn, qd, qdd] + ([taudd_r] if compliance else [])
+    return np.stack(cols, axis=2)
+
+
+def _lstsq_cov(J: np.ndarray, r: np.ndarray, where: str, names) -> tuple[np.ndarray, float]:
+    """Covariance sigma^2 (J^T J)^-1 via the SVD of J (never the normal equations)."""
+    N, p = J.shape
+    if N <= p:
+        raise ValueError(f"{where}: {N} samples for {p} coefficients {list(names)}")
+    scale = np.linalg.norm(J, axis=0)
+    if np.any(scale == 0):
+        raise ValueError(f"{where}: coefficient(s) "
+                         f"{[nm for nm, s in zip(names, scale) if s == 0]} have an all-zero column "
+                         f"(not excited)")
+    U, sv, Vt = np.linalg.svd(J / scale, full_matrices=False)
+    if sv[-1] <= sv[0] * 1e-10:
+        raise ValueError(f"{where}: stage-2 regressor is rank deficient; coefficient "
+                         f"{names[int(np.argmax(np.abs(Vt[-1])))]} cannot be identified")
+    sigma2 = float(r @ r) / (N - p)
+    V = Vt.T / sv
+    cov = (V @ V.T) * sigma2 / np.outer(scale, scale)
+    return cov, sigma2
+
+
+XI_REL_STD_MAX = 0.1   # 1/(1 - xi) must be known to 10 % for xi to count as identified
+
+
+def _gauss_newton(resid, jac, theta, k, M, where, max_iter: int = 50):
+    """Damped Gauss-Newton (step halving) for the stage-2 least squares; the problem is linear
+    in c and mildly nonlinear in xi, so it converges in a few steps from the linear start.
+    Steps that would make 1 - M xi <= 0 somewhere are halved too."""
+    r = resid(theta)
+    cost = float(r @ r)
+    for _ in range(max_iter):
+        step, *_ = np.linalg.lstsq(jac(theta), -r, rcond=None)
+        lam = 1.0
+        while lam > 1e-6:
+            trial = theta + lam * step
+            if np.all(1.0 - M @ trial[:k] > 0):
+                r_t = resid(trial)
+                c_t = float(r_t @ r_t)
+                if c_t <= cost:
+                    break
+            lam *= 0.5
+        else:
+            break                                   # no descent: at the minimum (numerically)
+        converged = (np.all(np.abs(lam * step) <= 1e-9 * (1.0 + np.abs(theta)))
+                     or cost - c_t <= 1e-12 * cost)
+        theta, r, cost = trial, r_t, c_t
+        if converged:
+            break
+    return theta
+
+
+def _linear_start(tau_m, tau_r, Phi, names_c, where):
+    """Linear fit tau_m = b tau_r + Phi c, b = 1/(1 - xi_lin): returns (sol, std of b)."""
+    A = np.column_stack([tau_r, Phi])
+    sol, *_ = np.linalg.lstsq(A, tau_m, rcond=None)
+    cov_lin, _ = _lstsq_cov(A, tau_m - A @ sol, where, ["1/(1-xi)"] + list(names_c))
+    return sol, float(np.sqrt(cov_lin[0, 0]))
+
+
+def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None):
+    """Least squares of tau_m = tau_r / (1 - M xi) + Phi c for one joint.
+
+    Args: tau_m, tau_r (N,); Phi (N, m); M (N, k); names (k + m,); start: the joint's
+        :func:`_linear_start` (shared between variants), computed if None.
+    Returns: theta = [xi, c] (k + m,), cov (k + m, k + m), residual RMS [N*m], xi_identified.
+    If the torque-sensor signal of this joint is too small against the noise to fix
+    b = 1/(1 - xi) to XI_REL_STD_MAX (e.g. an unloaded wrist joint), xi is not identifiable:
+    it is fixed at 0, its variance is NaN and xi_identified is False.
+    """
+    k = M.shape[1]
+    sol, sb = _linear_start(tau_m, tau_r, Phi, names[k:], where) if start is None else start
+    b = sol[0]
+    xi_identified = bool(b > 0 and sb < XI_REL_STD_MAX * b)
+    if not xi_identified:
+        sol_c, *_ = np.linalg.lstsq(Phi, tau_m - tau_r, rcond=None)
+        r = tau_r + Phi @ sol_c - tau_m
+        cov_c, _ = _lstsq_cov(Phi, r, where, names[k:])
+        cov = np.full((k + Phi.shape[1],) * 2, np.nan)
+        cov[k:, k:] = cov_c
+        return (np.concatenate([np.zeros(k), sol_c]), cov, float(np.sqrt(np.mean(r ** 2))),
+                False)
+
+    def resid(th):
+        h = 1.0 / (1.0 - M @ th[:k])
+        return tau_r * h + Phi @ th[k:] - tau_m
+
+    def jac(th):
+        h = 1.0 / (1.0 - M @ th[:k])
+        return np.column_stack([(tau_r * h * h)[:, None] * M, Phi])
+
+    if k == 1 and np.all(M == 1.0):          # linear variant: exact in b, map back
+        theta = np.concatenate([[1.0 - 1.0 / b], sol[1:]])
+    else:
+        theta0 = np.concatenate([np.full(k, (1.0 - 1.0 / b) / k), sol[1:]])
+        theta = _gauss_newton(resid, jac, theta0, k, M, where)
+    if np.any(1.0 - M @ theta[:k] <= 0):
+        raise ValueError(f"{where}: fitted reducer friction {dict(zip(names[:k], theta[:k]))} "
+                         f"makes 1 - xi <= 0 (the joint would transmit no torque); the data do "
+                         f"not support this friction variant")
+    r = resid(theta)
+    cov, _ = _lstsq_cov(jac(theta), r, where, names)
+    return theta, cov, float(np.sqrt(np.mean(r ** 2))), True
+
+
+def _paper_a(theta: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Linear variant: a1 = xi, a_k = (1 - xi) c_k, with delta-method std."""
+    xi, c = theta[0], theta[1:]
+    xi_fixed = not np.isfinite(cov[0, 0])
+    cov = np.nan_to_num(cov, nan=0.0)               # xi fixed (not identified): no variance
+    a = np.concatenate([[xi], (1.0 - xi) * c])
+    G = np.zeros((a.size, theta.size))
+    G[0, 0] = 1.0
+    G[1:, 0] = -c
+    G[1:, 1:] = np.eye(c.size) * (1.0 - xi)
+    a_cov = G @ cov @ G.T
+    if a.size < 5:                                   # no compliance column: a5 = 0 by choice
+        a = np.concatenate([a, [0.0]])
+        a_std = np.concatenate([np.sqrt(np.diag(a_cov)), [0.0]])
+    else:
+        a_std = np.sqrt(np.clip(np.diag(a_cov), 0, None))
+    if xi_fixed:
+        a_std[0] = np.nan
+    return a, a_std
+
+
+# --------------------------------------------------------------------------------------------
+# improved model
+# --------------------------------------------------------------------------------------------
+class ImprovedModel:
+    """Paper §1.2 / §2.3.2: two-stage identification with the harmonic-drive joint model.
+
+    Stage 1: p_r = [p_b, f_lc, f_lv] from the torque sensor tau_j (estimator as in the paper: WLS).
+    Stage 2: per joint, the reducer friction (xi) and the motor-side coefficients
+    c = [f_mc, f_mv, J'_m, J'_m/K] from tau'_m and tau_r (see module docstring).
+
+    Args:
+        model, base: RobotModel and its BaseParameters.
+        estimator: stage-1 estimator ("wls", "ols", "ridge" or an instance with fit/predict).
+        friction_term: reducer-friction variant used for prediction: "linear" (paper),
+            "opposing" (always opposes motion), "both", or "auto" (whichever of linear and
+            opposing explains the fitting data better). All `variants` are fitted; their RMS
+            is in ``compare_friction_terms_``; the one used is ``friction_term_``.
+        terms, coulomb_eps: link-side friction columns of stage 1 (friction.joint_columns).
+        load_eps: [rad/s] smoothing of sign(qd) in the opposing reducer-friction term.
+        compliance: include the taudd_r (compliance) column (the paper's a5).
+
+    After :meth:`fit`: ``stage1_`` (fitted estimator: params_, std_, ...), ``names1_``,
+    ``friction_term_`` (variant used), ``stage2_`` (its Stage2Result), ``stage2_all_``
+    (variant -> Stage2Result),
+    ``compare_friction_terms_`` (dict), ``params_`` (stage-1 parameters).
+    """
+
+    def __init__(self, model, base, estimator="wls", friction_term: str = "linear", *,
+                 terms=("viscous", "coulomb"), coulomb_eps: float = 0.0, load_eps: float = 0.02,
+                 compliance: bool = True, variants=FRICTION_VARIANTS):
+        if friction_term not in FRICTION_VARIANTS + ("auto",):
+            raise ValueError(f"unknown friction_term {friction_term!r}; choose one of "
+                             f"{FRICTION_VARIANTS + ('auto',)}")
+        bad = [v for v in variants if v not in FRICTION_VARIANTS]
+        if bad:
+            raise ValueError(f"unknown friction variant(s) {bad}; choose from {FRICTION_VARIANTS}")
+        if not load_eps > 0:
+            raise ValueError(f"load_eps must be > 0 [rad/s], got {load_eps!r}")
+        self.model = model
+        self.base = base
+        self.estimator = estimator
+        self.friction_term = friction_term
+        self.terms = tuple(terms)
+        self.coulomb_eps = float(coulomb_eps)
+        self.load_eps = float(load_eps)
+        self.compliance = bool(compliance)
+        need = ("linear", "opposing") if friction_term == "auto" else (friction_term,)
+        self.variants = tuple(dict.fromkeys(tuple(variants) + need))
+
+    # -- stage 1 ---------------------------------------------------------------------------
+    def design(self, d) -> np.ndarray:
+        """(N, n, p) stage-1 regressor (same columns as the simplified model's)."""
+        q, qd, qdd = _states(d, self.model.n)
+        W, _ = design_matrix(self.model, self.base, q, qd, qdd, terms=self.terms,
+                             coulomb_eps=self.coulomb_eps)
+        return W
+
+    def fit(self, d, W: np.ndarray | None = None) -> "ImprovedModel":
+        """Stage 1 on ``d.tau_j``, stage 2 on ``d.tau_m`` and ``d.tau_j``."""
+        n = self.model.n
+        W = _given_design(self, d, W)
+        names = design_matrix_names(self.model, self.base, self.terms)
+        N = W.shape[0]
+        tau_j = _channel(d, "tau_j", n, N)
+        tau_m = _channel(d, "tau_m", n, N)
+        self.stage1_ = _make_estimator(self.estimator).fit(
+            W, tau_j, names=names, joint_names=list(self.model.joint_names))
+        self.params_ = np.asarray(self.stage1_.params_, dtype=float)
+        self.std_ = np.asarray(self.stage1_.std_, dtype=float)
+        self.names1_ = list(names)
+
+        _, qd, qdd = _states(d, n)
+        t = _time(d, N)
+        taudd = second_derivative(t, tau_j) if self.compliance else None
+        Phi = _phi(qd, qdd, taudd, self.coulomb_eps, self.compliance)
+        s = np.tanh(qd / self.load_eps)
+        g = np.sign(tau_j)
+        phi_names = list(PHI_NAMES[:Phi.shape[2]])
+        self.stage2_all_ = {}
+        starts = [_linear_start(tau_m[:, j], tau_j[:, j], Phi[:, j], phi_names,
+                                f"stage 2, joint {self.model.joint_names[j]}") for j in range(n)]
+        for variant in self.variants:
+            res = Stage2Result(variant)
+            for j in range(n):
+                jn = self.model.joint_names[j]
+                M = _multipliers(variant, s[:, j], g[:, j])
+                nm = _xi_names(variant) + phi_names
+                try:
+                    th, cov, rms, ok = _fit_stage2_joint(
+                        tau_m[:, j], tau_j[:, j], Phi[:, j], M, nm,
+                        f"stage 2 ({variant}), joint {jn}", start=starts[j])
+                except ValueError:
+                    if variant == self.friction_term or (self.friction_term == "auto"
+                                                         and variant == "linear"):
+                        raise
+                    res = None
+                    break
+                sj = Stage2Joint(jn, variant, nm, th, cov, rms, N, xi_identified=ok)
+                if variant == "linear":
+                    sj.a, sj.a_std = _paper_a(th, cov)
+                res.joints.append(sj)
+            if res is not None:
+                self.stage2_all_[variant] = res
+        cmp = {v: r.rms_overall for v, r in self.stage2_all_.items()}
+        per_joint = {v: r.rms for v, r in self.stage2_all_.items()}
+        two = {v: cmp[v] for v in ("linear", "opposing") if v in cmp}
+        self.compare_friction_terms_ = {
+            "rms": cmp, "rms_per_joint": per_joint,
+            "better": min(two, key=two.get) if two else None,
+            "note": "residual RMS of tau'_m [N*m] on the fitting data (stage 2, measured tau_r)"}
+        self.friction_term_ = (self.compare_friction_terms_["better"]
+                               if self.friction_term == "auto" else self.friction_term)
+        self.stage2_ = self.stage2_all_[self.friction_term_]
+        return self
+
+    # -- prediction --------------------------------------------------------------------------
+    def predict_tau_r(self, d, W: np.ndarray | None = None) -> np.ndarray:
+        """Stage-1 prediction T_rp of the torque-sensor reading (N, n) [N*m]."""
+        _check_fitted(self, "ImprovedModel")
+        W = _given_design(self, d, W)
+        return W @ self.params_
+
+    def prediction_terms(self, d, *, tau_r: str = "model", W: np.ndarray | None = None,
+                         variant: str | None = None) -> dict:
+        """Pieces of the improved model's motor torque on the trajectory of `d`.
+
+        Returns dict (arrays (N, n) unless noted): ``Tr`` the torque-sensor torque used (stage-1
+        T_rp, or the measured ``d.tau_j`` for tau_r="measured"), ``Mxi`` the reducer-friction
+        multiplier (tau'_r = Tr / (1 - Mxi)), ``Phi`` (N, n, m) the stage-2 columns, ``c`` (n, m)
+        their coefficients, ``u`` = Phi c the motor-side torque, ``W`` the stage-1 design.
+        """
+        _check_fitted(self, "ImprovedModel")
+        variant = variant or self.friction_term_
+        if variant not in self.stage2_all_:
+            raise ValueError(f"friction variant {variant!r} was not fitted "
+                             f"(fitted: {sorted(self.stage2_all_)})")
+        n = self.model.n
+        _, qd, qdd = _states(d, n)
+        N = qd.shape[0]
+        taudd = None
+        if tau_r == "model":
+            W = _given_design(self, d, W)
+            Tr = W @ self.params_
+            if self.compliance:
+                # the sensor torque is a spring torque and cannot jump: leave the step of a hard
+                # sign(qd) Coulomb column out of its second derivative (it would be a spike)
+                keep = ~coulomb_mask(self.model, self.base, self.terms, self.coulomb_eps)
+                taudd = second_derivative(_time(d, N), W[..., keep] @ self.params_[keep])
+        elif tau_r == "measured":
+            Tr = _channel(d, "tau_j", n, N)
+            if self.compliance:
+                taudd = second_derivative(_time(d, N), Tr)
+        else:
+            raise ValueError(f"tau_r must be 'model' or 'measured', got {tau_r!r}")
+        Phi = _phi(qd, qdd, taudd, self.coulomb_eps, self.compliance)
+        s = np.tanh(qd / self.load_eps)
+        g = np.sign(Tr)
+        P = self.stage2_all_[variant].params               # (n, k + m)
+        k = len(_xi_names(variant))
+        xi, c = P[:, :k], P[:, k:]
+        u = np.einsum("Njm,jm->Nj", Phi, c)
+        if variant == "linear":
+            Mxi = np.broadcast_to(xi[:, 0], (N, n))
+        elif variant == "opposing":
+            Mxi = s * g * xi[:, 0]
+        else:
+            Mxi = xi[:, 0] + s * g * xi[:, 1]
+        return {"Tr": Tr, "Mxi": Mxi, "Phi": Phi, "c": c, "u": u, "W": W}
+
+    def predict(self, d, route: str = "closed_form", simplified: SimplifiedModel | None = None,
+                *, tau_r: str = "model", W: np.ndarray | None = None,
+                variant: str | None = None, T_pre: np.ndarray | None = None) -> np.ndarray:
+        """Predicted motor torque tau'_m (N, n) [N*m] on the trajectory of `d`.
+
+        Args:
+            route: "closed_form" or "eq24" (needs `simplified` or `T_pre`).
+            simplified: fitted SimplifiedModel for eq. (24).
+            tau_r: "model" (stage-1 prediction T_rp, as for a trajectory not yet run) or
+                "measured" (``d.tau_j``).
+            W: precomputed stage-1 design (N, n, p) of `d` (shared with the simplified model).
+            variant: friction variant (default: ``friction_term_``).
+            T_pre: the simplified model's prediction (N, n), if already computed.
+        """
+        _check_fitted(self, "ImprovedModel")
+        if route not in ROUTES:
+            raise ValueError(f"unknown route {route!r}; choose one of {ROUTES}")
+        pt = self.prediction_terms(d, tau_r=tau_r, W=W, variant=variant)
+        Tr, Mxi, u = pt["Tr"], pt["Mxi"], pt["u"]
+        if route == "closed_form":
+            return Tr / (1.0 - Mxi) + u
+        if T_pre is None:
+            if simplified is None:
+                raise ValueError("route 'eq24' needs the simplified model's prediction: pass "
+                                 "simplified=<fitted SimplifiedModel> or T_pre=(N, n) array")
+            T_pre = simplified.predict(d, pt["W"] if _same_columns(self, simplified) else None)
+        T_pre = np.asarray(T_pre, dtype=float)
+        if T_pre.shape != Tr.shape:
+            raise ValueError(f"T_pre has shape {T_pre.shape}, expected {Tr.shape}")
+        # dtau = tau'_m - tau_r evaluated with tau'_m := T_pre (paper eq. 24):
+        #   dtau = Mxi * T_pre + (1 - Mxi) * u   (for "linear": a1 T_pre + a2 sign + ... + a5 taudd)
+        return Tr + Mxi * T_pre + (1.0 - Mxi) * u
+
+
+def _same_columns(a, b) -> bool:
+    """True if two fitted models use the same design matrix (model, base, terms, eps)."""
+    return (a.model is b.model and a.base is b.base and tuple(a.terms) == tuple(b.terms)
+            and a.coulomb_eps == b.coulomb_eps)

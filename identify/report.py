@@ -1,0 +1,307 @@
+"""Run reports: ``report.md`` and a self-contained ``report.html`` (images embedded as base64).
+
+The report is built only from the files in a run folder (``scenario.yaml``, ``metrics.json``,
+``parameters.yaml``, ``plots/*.png``), so ``twinid report DIR`` rebuilds it at any time::
+
+    from identify.report import build_report
+    build_report("runs/2026-01-01T12-00-00_quickstart")   # -> [report.md, report.html]
+
+Contents: summary and the comparison with the paper's figures (motor-torque RMS of the simplified
+and improved joint models on the excitation and validation trajectories), trajectories and
+cond(W), RMS per joint / model / trajectory, identified parameters with std and relative std
+(and the error against the twin's truth on twin runs), stage-2 joint coefficients next to the
+paper's Table 2, timings and the list of files.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import os
+from pathlib import Path
+
+import yaml
+
+__all__ = ["build_report", "PAPER", "render_markdown", "render_html"]
+
+# The paper's figures (reference README): motor-torque RMS [N*m] and the reduction [%].
+PAPER = {
+    "excitation": {"simplified": 1.6859, "improved": 0.6815, "reduction_percent": 59.58},
+    "validation": {"simplified": 1.7045, "improved": 1.5762, "reduction_percent": 7.52},
+    "targets_percent": {"excitation": 60.0, "validation": 40.0},
+    # Table 2: a1..a5 per joint
+    "table2": [[0.402, 1.578, 2.937, 0.515, 0.014], [0.804, 1.139, 7.870, 0.477, 0.009],
+               [0.464, 0.822, 3.047, 0.638, 0.029], [0.266, 0.925, 2.721, 0.534, 0.033],
+               [0.603, 1.916, 3.690, 0.123, -0.034], [0.282, 0.795, 2.689, 0.614, -0.076]],
+}
+
+
+def _fmt(v, digits: int = 4) -> str:
+    if v is None:
+        return "--"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int,)) and not isinstance(v, bool):
+        return str(v)
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if math.isnan(x):
+        return "nan"
+    if x == 0:
+        return "0"
+    if abs(x) >= 1e5 or abs(x) < 1e-3:
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}"
+
+
+def _load(folder: Path):
+    metrics_p = folder / "metrics.json"
+    if not metrics_p.is_file():
+        raise FileNotFoundError(f"{folder}: not a finished run folder (no metrics.json)")
+    try:
+        metrics = json.loads(metrics_p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{metrics_p}: not valid JSON ({exc})") from None
+    params = {}
+    if (folder / "parameters.yaml").is_file():
+        params = yaml.safe_load((folder / "parameters.yaml").read_text()) or {}
+    scenario = {}
+    if (folder / "scenario.yaml").is_file():
+        scenario = yaml.safe_load((folder / "scenario.yaml").read_text()) or {}
+    return metrics, params, scenario
+
+
+def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[tuple]:
+    """The report as a list of blocks: ("h", level, text) / ("p", text) / ("table", head, rows)
+    / ("img", relative_path, caption) / ("code", text)."""
+    B: list[tuple] = []
+    name = metrics.get("name") or scenario.get("name") or folder.name
+    B.append(("h", 1, f"twinid run: {name}"))
+    desc = scenario.get("description") or metrics.get("description")
+    if desc:
+        B.append(("p", desc))
+    B.append(("p", f"Backend: **{metrics.get('backend', '?')}** -- command: `{metrics.get('command', '?')}` "
+                   f"-- created {metrics.get('created', '?')} -- folder `{folder.name}`"))
+
+    rms = metrics.get("rms", {})
+    imp = metrics.get("improvement_percent", {})
+    if rms:
+        B.append(("h", 2, "Summary: motor-torque RMS, simplified vs improved joint model"))
+        head = ["trajectory", "simplified [N*m]", "improved [N*m]", "reduction [%]",
+                "paper simplified", "paper improved", "paper reduction [%]", "target [%]"]
+        rows = []
+        for traj in ("excitation", "validation"):
+            r = rms.get(traj, {})
+            if not r:
+                continue
+            s = r.get("simplified", {}).get("overall")
+            i = r.get("improved", {}).get("overall")
+            p = PAPER[traj]
+            rows.append([traj, _fmt(s), _fmt(i), _fmt(imp.get(traj)), str(p["simplified"]),
+                         str(p["improved"]), str(-p["reduction_percent"]),
+                         "<= " + _fmt(-PAPER["targets_percent"][traj])])
+        B.append(("table", head, rows))
+        B.append(("p", "Reduction = (improved - simplified) / simplified x 100 (negative = the "
+                       "improved model is better), as the paper states it. RMS over all joints "
+                       "and samples of predicted minus measured link-side motor torque eta*beta*i."))
+        for traj in ("excitation", "validation"):
+            r = rms.get(traj, {})
+            models = [m for m in r if isinstance(r[m], dict) and "per_joint" in r[m]]
+            if not models:
+                continue
+            n = len(r[models[0]]["per_joint"])
+            head = ["model"] + [f"joint {j + 1}" for j in range(n)] + ["overall"]
+            rows = [[m] + [_fmt(v) for v in r[m]["per_joint"]] + [_fmt(r[m].get("overall"))]
+                    for m in models]
+            B.append(("h", 3, f"RMS per joint, {traj} trajectory [N*m]"))
+            B.append(("table", head, rows))
+
+    var = metrics.get("improved_variants_rms_closed_form")
+    if var:
+        fc = metrics.get("friction_term_comparison", {})
+        B.append(("h", 3, "Improved model: reducer-friction variants (closed-form prediction)"))
+        trajs = sorted({t for v in var.values() for t in v})
+        head = ["variant"] + [f"{t} RMS [N*m]" for t in trajs] + ["stage-2 fit RMS [N*m]"]
+        rows = [[v] + [_fmt(r.get(t)) for t in trajs] + [_fmt(fc.get("rms_Nm", {}).get(v))]
+                for v, r in var.items()]
+        B.append(("table", head, rows))
+        B.append(("p", f"linear = the paper's a1*tau'_m; opposing = a loss that always opposes "
+                       f"motion; both = the two together. Variant used for the headline figures: "
+                       f"**{metrics.get('improved_variant', '?')}** (better stage-2 fit on the "
+                       f"identification data: {fc.get('better', '?')})."))
+
+    cond = metrics.get("cond_W", {})
+    traj_info = metrics.get("trajectories", {})
+    if cond or traj_info:
+        B.append(("h", 2, "Trajectories"))
+        head = ["trajectory", "cond(W_base)", "duration [s]", "harmonics", "samples", "source"]
+        rows = []
+        for k in ("excitation", "validation"):
+            ti = traj_info.get(k, {})
+            if not ti and k not in cond:
+                continue
+            rows.append([k, _fmt(cond.get(k)), _fmt(ti.get("duration_s")), _fmt(ti.get("harmonics")),
+                         _fmt(ti.get("samples")), ti.get("source", "--")])
+        B.append(("table", head, rows))
+
+    plots = sorted((folder / "plots").glob("*.png")) if (folder / "plots").is_dir() else []
+    order = ("trajectory", "torque", "residual", "param", "sweep")
+    for group in order:
+        sel = [p for p in plots if p.stem.startswith(group)]
+        if not sel:
+            continue
+        title = {"trajectory": "Trajectory plots", "torque": "Measured vs predicted motor torque",
+                 "residual": "Residuals", "param": "Parameters", "sweep": "Sweep"}[group]
+        B.append(("h", 2, title))
+        for p in sel:
+            B.append(("img", os.path.relpath(p, folder), p.stem.replace("_", " ")))
+    rest = [p for p in plots if not p.stem.startswith(order)]
+    if rest:
+        B.append(("h", 2, "Other plots"))
+        for p in rest:
+            B.append(("img", os.path.relpath(p, folder), p.stem.replace("_", " ")))
+
+    for model_key, model in (params.get("models") or {}).items():
+        for block_key, table in (model or {}).items():
+            if not isinstance(table, dict) or "names" not in table:
+                continue
+            B.append(("h", 2, f"Parameters: {model_key} / {block_key}"))
+            if table.get("note"):
+                B.append(("p", table["note"]))
+            names = table["names"]
+            cols = [("value", "value"), ("std", "std"), ("rel_std_percent", "rel. std [%]"),
+                    ("truth", "truth"), ("error_percent", "error [%]")]
+            cols = [c for c in cols if c[0] in table]
+            head = ["parameter"] + [c[1] for c in cols]
+            rows = [[str(nm)] + [_fmt(table[c][i]) for c, _ in cols] for i, nm in enumerate(names)]
+            B.append(("table", head, rows))
+
+    s2 = (params.get("models") or {}).get("improved", {}).get("stage2")
+    if isinstance(s2, dict) and "params" in s2:
+        B.append(("h", 2, f"Stage-2 joint coefficients ({s2.get('variant', '?')} reducer friction)"))
+        B.append(("p", "Per joint, value +- std. xi: reducer (harmonic-drive) friction coefficient; "
+                       "f_mc, f_mv: motor-side Coulomb [N*m] and viscous [N*m*s/rad] friction; J_m: "
+                       "reflected motor inertia [kg*m^2]; J_m/K: compliance term (see "
+                       "docs/joint_models.md)."))
+        head = ["joint"] + list(s2["names"]) + ["fit RMS [N*m]"]
+        rows = []
+        for j, (vals, sds) in enumerate(zip(s2["params"], s2["std"])):
+            name = s2.get("joints", [])[j] if j < len(s2.get("joints", [])) else str(j + 1)
+            truth = s2["truth"][j] if "truth" in s2 else [None] * len(vals)
+            rows.append([name] + [f"{_fmt(v)} +- {_fmt(sd, 2)}"
+                                  + ("" if t is None else f" (truth {_fmt(t)})")
+                                  for v, sd, t in zip(vals, sds, truth)]
+                        + [_fmt(s2.get("rms_Nm", [None] * (j + 1))[j])])
+        B.append(("table", head, rows))
+    if isinstance(s2, dict) and "a" in s2:
+        B.append(("h", 2, "Stage-2 joint coefficients a1..a5 vs the paper's Table 2"))
+        head = ["joint"] + [f"a{k + 1}" for k in range(5)] + [f"paper a{k + 1}" for k in range(5)]
+        rows = []
+        for j, row in enumerate(s2["a"]):
+            paper = PAPER["table2"][j] if j < len(PAPER["table2"]) else [None] * 5
+            rows.append([str(j + 1)] + [_fmt(v) for v in row[:5]] + [_fmt(v) for v in paper])
+        B.append(("table", head, rows))
+
+    pe = metrics.get("parameter_errors")
+    if pe:
+        B.append(("h", 2, "Parameter errors against the twin's ground truth"))
+        head = ["model", "parameters", "median |error| [%]", "max |error| [%]", "within 3 sigma"]
+        rows = [[k, _fmt(v.get("count")), _fmt(v.get("median_abs_error_percent")),
+                 _fmt(v.get("max_abs_error_percent")),
+                 f"{v.get('within_3sigma', '--')}/{v.get('count', '--')}"]
+                for k, v in pe.items() if isinstance(v, dict)]
+        B.append(("table", head, rows))
+
+    timings = metrics.get("timings_s", {})
+    if timings:
+        B.append(("h", 2, "Timings"))
+        B.append(("table", ["step", "wall time [s]"], [[k, _fmt(v)] for k, v in timings.items()]))
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                   if p.is_file() and p.name not in ("report.md", "report.html"))
+    B.append(("h", 2, "Files"))
+    B.append(("code", "\n".join(files)))
+    return B
+
+
+def render_markdown(blocks: list[tuple]) -> str:
+    out = []
+    for b in blocks:
+        kind = b[0]
+        if kind == "h":
+            out.append("#" * b[1] + " " + b[2])
+        elif kind == "p":
+            out.append(b[1])
+        elif kind == "table":
+            head, rows = b[1], b[2]
+            out.append("| " + " | ".join(head) + " |")
+            out.append("|" + "---|" * len(head))
+            out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+        elif kind == "img":
+            out.append(f"![{b[2]}]({b[1]})")
+        elif kind == "code":
+            out.append("```\n" + b[1] + "\n```")
+        out.append("")
+    return "\n".join(out)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}
+img{max-width:100%;border:1px solid #eee;margin:0.5em 0}figure{margin:0 0 1.5em}
+figcaption{font-size:0.85em;color:#555}pre{background:#f7f7f7;padding:0.6em;overflow:auto}"""
+
+
+def _inline_md(text: str) -> str:
+    import re
+    t = html.escape(text)
+    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+
+
+def render_html(blocks: list[tuple], folder: Path, title: str) -> str:
+    out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+           f"<style>{_CSS}</style></head><body>"]
+    for b in blocks:
+        kind = b[0]
+        if kind == "h":
+            out.append(f"<h{b[1]}>{html.escape(b[2])}</h{b[1]}>")
+        elif kind == "p":
+            out.append(f"<p>{_inline_md(b[1])}</p>")
+        elif kind == "table":
+            out.append("<table><tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in b[1])
+                       + "</tr>")
+            for r in b[2]:
+                out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>")
+            out.append("</table>")
+        elif kind == "img":
+            data = base64.b64encode((folder / b[1]).read_bytes()).decode()
+            out.append(f"<figure><img alt='{html.escape(b[2])}' src='data:image/png;base64,{data}'>"
+                       f"<figcaption>{html.escape(b[2])}</figcaption></figure>")
+        elif kind == "code":
+            out.append(f"<pre>{html.escape(b[1])}</pre>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def build_report(folder: str | os.PathLike) -> list[Path]:
+    """(Re)write ``report.md`` and ``report.html`` of a run folder; returns their paths.
+
+    Raises FileNotFoundError if the folder holds no metrics.json (not a finished run)."""
+    folder = Path(folder)
+    metrics, params, scenario = _load(folder)
+    blocks = _blocks(folder, metrics, params, scenario)
+    md = folder / "report.md"
+    ht = folder / "report.html"
+    _atomic_text(md, render_markdown(blocks))
+    _atomic_text(ht, render_html(blocks, folder, f"twinid run {metrics.get('name', folder.name)}"))
+    return [md, ht]
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,433 @@
+"""Noise-sensitivity sweeps: a grid of sensor-noise levels x Monte Carlo seeds on the twin.
+
+    from identify.scenario import load_scenario
+    from identify.sweep import run_sweep
+    res = run_sweep(load_scenario("scenarios/noise_sweep.yaml"), out="runs/sweep1")
+    res.folder, res.summary
+
+Grid (scenario ``sweep:``): per noise channel -- ``position`` (encoder, [rad]), ``torque`` (joint
+torque sensor, [N*m]), ``current`` (motor current, [A]) -- a list of noise standard deviations.
+``combine: separate`` varies one channel at a time (the others at 0); ``together`` sets every
+channel to its k-th level at once. Each grid point runs ``seeds`` Monte Carlo seeds (twin setting
+``seed`` = seed0 .. seed0 + seeds - 1). A run = the excitation and validation trajectories on the
+twin, identification, and per run: the base-parameter errors of stage 1 against the twin's truth
+and the motor-torque RMS of every model on both trajectories.
+
+Runs are independent tasks. Executors: local worker processes (default, all cores, no service
+needed) or a Dask distributed cluster (``--dask ADDRESS`` or ``sweep.executor: dask`` with
+``sweep.dask_address``). The trajectories are optimized once, before the runs. Each finished run
+is written to ``<folder>/runs/<run_id>.json`` (atomically) as soon as it completes, and a re-run on
+the same folder skips every run whose file exists -- an interrupted sweep resumes where it stopped.
+The run id encodes the noise levels and the seed, so identical grid points are run once.
+
+Outputs: ``sweep.yaml`` (the resolved scenario), ``runs/*.json``, ``summary.json``, ``summary.md``,
+``summary.html`` and ``plots/sweep_*.png`` (median over seeds with a 10-90 % band).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+from concurrent.futures.process import BrokenProcessPool
+import datetime as _dt
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from . import progress
+from .scenario import NOISE_ALIASES, Scenario
+
+__all__ = ["NOISE_SETTINGS", "SweepTask", "SweepResult", "grid", "run_task", "run_sweep",
+           "summarize"]
+
+# sweep channel -> twin setting it sets (twin/config.py TwinSettings)
+NOISE_SETTINGS = {"position": "encoder_noise_rad", "torque": "torque_noise_Nm",
+                  "current": "current_noise_A"}
+assert set(NOISE_SETTINGS) == set(NOISE_ALIASES)
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    """One run: noise level per channel and the Monte Carlo seed."""
+    run_id: str
+    levels: tuple          # ((channel, std), ...) for every channel, in NOISE_ALIASES order
+    seed: int
+
+    def settings(self, base: dict) -> dict:
+        """Twin settings of this run: the scenario's, with the noise levels and the seed."""
+        s = dict(base)
+        s.update({NOISE_SETTINGS[ch]: float(v) for ch, v in self.levels})
+        s["seed"] = int(self.seed)
+        s["noise"] = True
+        return s
+
+
+def _run_id(levels: dict, seed: int) -> str:
+    parts = [f"{ch[0]}{levels[ch]:.6g}" for ch in NOISE_ALIASES]
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", "_".join(parts) + f"_s{seed}")
+
+
+def grid(scn: Scenario) -> tuple[list[SweepTask], list[dict]]:
+    """Unique tasks and the grid points [{combine, channel, level_index, level, run_ids}]."""
+    sw = scn.sweep
+    channels = [c for c in NOISE_ALIASES if c in sw.noise]
+    seeds = [sw.seed0 + k for k in range(sw.seeds)]
+    tasks: dict[str, SweepTask] = {}
+    points = []
+
+    def add(combine, channel, k, levels):
+        full = {c: float(levels.get(c, 0.0)) for c in NOISE_ALIASES}
+        ids = []
+        for s in seeds:
+            rid = _run_id(full, s)
+            tasks.setdefault(rid, SweepTask(rid, tuple(full.items()), s))
+            ids.append(rid)
+        points.append({"combine": combine, "channel": channel, "level_index": k,
+                       "levels": full, "run_ids": ids})
+
+    if "separate" in sw.combine:
+        for ch in channels:
+            for k, lv in enumerate(sw.noise[ch]):
+                add("separate", ch, k, {ch: lv})
+    if "together" in sw.combine:
+        n_lv = len(sw.noise[channels[0]])
+        for k in range(n_lv):
+            add("together", "all", k, {ch: sw.noise[ch][k] for ch in channels})
+    return list(tasks.values()), points
+
+
+# ------------------------------------------------------------------------------------------------
+# one run (executes in a worker process / on a Dask worker)
+# ------------------------------------------------------------------------------------------------
+_MODEL_CACHE: dict = {}
+
+
+def _model(scn: Scenario):
+    from .pipeline import build_model
+    key = (str(scn.arm.urdf), scn.arm.joints, str(scn.arm.description))
+    if key not in _MODEL_CACHE:
+        _MODEL_CACHE[key] = build_model(scn)
+    return _MODEL_CACHE[key]
+
+
+def run_task(scn: Scenario, trajs: dict, task: SweepTask) -> dict:
+    """Run one sweep task; returns its JSON-able result (no files written here)."""
+    from .pipeline import _plain, identify_recordings, record
+    progress.set_quiet(True)      # workers never draw bars; the driver shows the sweep's bar
+    t0 = time.perf_counter()
+    model = _model(scn)
+    recs = record(scn, trajs, model=model, settings=task.settings(scn.twin), show=False)
+    ident = identify_recordings(scn, model, recs, decompose=False)
+    m = ident.metrics
+    pe = m.get("parameter_errors", {}).get("improved_stage1", {})
+    out = {"run_id": task.run_id, "levels": dict(task.levels), "seed": task.seed,
+           "rms_overall": {t: {k: v["overall"] for k, v in r.items()} for t, r in m["rms"].items()},
+           "improvement_percent": m.get("improvement_percent", {}),
+           "parameter_errors": {k: pe.get(k) for k in ("count", "within_3sigma",
+                                                       "median_abs_error_percent",
+                                                       "max_abs_error_percent",
+                                                       "rel_error_percent")},
+           "cond_W_measured": m.get("cond_W_measured"),
+           "time_s": time.perf_counter() - t0, "host": os.uname().nodename, "pid": os.getpid()}
+    return _plain(out)
+
+
+def _run_task_star(args):
+    return run_task(*args)
+
+
+# ------------------------------------------------------------------------------------------------
+# driver
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class SweepResult:
+    folder: Path
+    summary: dict
+    ran: list           # run ids executed now
+    skipped: list       # run ids found finished on disk
+
+
+def _fingerprint(scn: Scenario) -> str:
+    """Hash of everything that changes a run's numbers (not the grid, executor or outputs)."""
+    d = scn.resolved()
+    for k in ("sweep", "outputs", "name", "description", "fit"):
+        d.pop(k, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _atomic_json(path: Path, data) -> None:
+    tmp = path.with_name(path.name + f".{os.getpid()}.partial")
+    tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
+    os.replace(tmp, path)
+
+
+def _prepare_folder(scn: Scenario, out) -> Path:
+    from .cli import InputError
+    if out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", scn.name)
+        folder = Path(scn.outputs.dir) / f"{stamp}_{safe}-sweep"
+    else:
+        folder = Path(out)
+    (folder / "runs").mkdir(parents=True, exist_ok=True)
+    fp = _fingerprint(scn)
+    meta = folder / "sweep.yaml"
+    if meta.exists():
+        old = yaml.safe_load(meta.read_text()) or {}
+        if old.get("fingerprint") != fp:
+            raise InputError(f"{folder}: this sweep folder was made with a different scenario "
+                             f"(arm, backend settings, trajectories, processing or identification "
+                             f"differ); use another --out folder")
+    from .pipeline import resolved_scenario
+    tmp = meta.with_name(meta.name + ".partial")
+    tmp.write_text(yaml.safe_dump({"fingerprint": fp, "scenario": resolved_scenario(scn)},
+                                  sort_keys=False))
+    os.replace(tmp, meta)
+    return folder
+
+
+def _finished(folder: Path) -> set:
+    done = set()
+    for p in (folder / "runs").glob("*.json"):
+        try:
+            json.loads(p.read_text())
+            done.add(p.stem)
+        except (OSError, json.JSONDecodeError):
+            pass      # a torn file cannot exist (atomic writes), but never trust one
+    return done
+
+
+def run_sweep(scn: Scenario, out=None, *, dask_address: str | None = None,
+              workers: int | None = None) -> SweepResult:
+    """Run (or resume) the scenario's noise sweep; see the module docstring."""
+    from .cli import InputError
+    from .pipeline import build_model, trajectories
+    if scn.backend != "twin":
+        raise InputError("a noise sweep needs backend: twin (it sets the twin's sensor noise)")
+    sw = scn.sweep
+    address = dask_address or (sw.dask_address if sw.executor == "dask" else None)
+    if sw.executor == "dask" and not address:
+        raise InputError("sweep.executor: dask needs sweep.dask_address or --dask ADDRESS")
+    tasks, points = grid(scn)
+    folder = _prepare_folder(scn, out)
+    timings: dict = {}
+    model = build_model(scn)
+    trajs = trajectories(scn, model, timings)
+    tdir = folder / "trajectories"
+    tdir.mkdir(exist_ok=True)
+    for label, (tr, _i) in trajs.items():
+        tr.save(tdir / f"{label}.yaml")
+    done = _finished(folder)
+    todo = [t for t in tasks if t.run_id not in done]
+    skipped = [t.run_id for t in tasks if t.run_id in done]
+    progress.message(f"sweep: {len(tasks)} runs, {len(skipped)} already finished, "
+                     f"{len(todo)} to run on " + (f"dask {address}" if address else
+                                                  f"{workers or os.cpu_count()} local processes"))
+    ran, failed = [], []
+    t0 = time.perf_counter()
+    fdir = folder / "failed"
+    if todo:
+        bar = progress.bar(total=len(todo), desc="sweep runs", unit="run")
+        try:
+            for task, res, err in _execute(scn, trajs, todo, address, workers):
+                if err is None:
+                    _atomic_json(folder / "runs" / f"{task.run_id}.json", res)
+                    (fdir / f"{task.run_id}.json").unlink(missing_ok=True)
+                    ran.append(task.run_id)
+                else:       # recorded, not counted as finished: a re-run tries it again
+                    fdir.mkdir(exist_ok=True)
+                    _atomic_json(fdir / f"{task.run_id}.json",
+                                 {"run_id": task.run_id, "levels": dict(task.levels),
+                                  "seed": task.seed, "error": err})
+                    failed.append(task.run_id)
+                bar.update(1)
+        finally:
+            bar.close()
+    timings["runs"] = round(time.perf_counter() - t0, 3)
+    summary = summarize(folder, scn, points, timings=timings)
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(todo)} sweep runs failed (their errors are in "
+                           f"{fdir}; the summary covers the finished runs; re-run to retry them)")
+    return SweepResult(folder, summary, ran, skipped)
+
+
+def _execute(scn, trajs, todo, address, workers):
+    """Yield (task, result, None) or (task, None, error text) as tasks complete (any order).
+    A task that raises does not stop the others."""
+    if address:
+        try:
+            from distributed import Client, as_completed
+        except ImportError:
+            raise RuntimeError("Dask distributed is not installed: pip install 'dask[distributed]'"
+                               ) from None
+        client = Client(address, timeout="20s")
+        try:
+            futs = {client.submit(run_task, scn, trajs, t, key=f"twinid-{t.run_id}-{id(todo)}",
+                                  pure=False): t for t in todo}
+            for fut in as_completed(futs):
+                yield _outcome(futs[fut], fut)
+        finally:
+            client.close()
+        return
+    n = max(1, min(int(workers or os.cpu_count() or 1), len(todo)))
+    ctx = mp.get_context("spawn")   # fresh interpreters: no inherited simulator or solver state
+    with _worker_env(), cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx) as ex:
+        futs = {ex.submit(run_task, scn, trajs, t): t for t in todo}
+        try:
+            for fut in cf.as_completed(futs):
+                yield _outcome(futs[fut], fut)
+        except BaseException:
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+# one BLAS thread per worker process: N processes already use the N cores (as Dask's nanny does)
+_WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+class _worker_env:
+    """Set _WORKER_ENV (unless the user set them) while the worker processes are spawned."""
+
+    def __enter__(self):
+        self._old = {k: os.environ.get(k) for k in _WORKER_ENV}
+        for k, v in _WORKER_ENV.items():
+            os.environ.setdefault(k, v)
+        return self
+
+    def __exit__(self, *exc):
+        for k, v in self._old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        return False
+
+
+def _outcome(task, fut):
+    try:
+        return task, fut.result(), None
+    except (KeyboardInterrupt, BrokenProcessPool):
+        raise
+    except Exception as exc:  # noqa: BLE001 -- one failed run must not lose the others
+        return task, None, f"{type(exc).__name__}: {exc}"
+
+
+# ------------------------------------------------------------------------------------------------
+# summary
+# ------------------------------------------------------------------------------------------------
+def _stats(values) -> dict:
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], float)
+    if v.size == 0:
+        return {"n": 0, "median": None, "p10": None, "p90": None, "mean": None, "std": None}
+    return {"n": int(v.size), "median": float(np.median(v)), "p10": float(np.percentile(v, 10)),
+            "p90": float(np.percentile(v, 90)), "mean": float(v.mean()),
+            "std": float(v.std(ddof=1)) if v.size > 1 else 0.0}
+
+
+METRICS = {
+    "param_median_abs_error_percent": ("median |base-parameter error| [%]",
+                                       lambda r: r["parameter_errors"].get("median_abs_error_percent")),
+    "param_within_3sigma_fraction": ("base parameters within 3 sigma [fraction]",
+                                     lambda r: (r["parameter_errors"]["within_3sigma"] /
+                                                r["parameter_errors"]["count"])
+                                     if r["parameter_errors"].get("count") else None),
+    "validation_rms_simplified": ("validation RMS, simplified [N*m]",
+                                  lambda r: r["rms_overall"].get("validation", {}).get("simplified")),
+    "validation_rms_improved": ("validation RMS, improved [N*m]",
+                                lambda r: r["rms_overall"].get("validation", {}).get("improved")),
+}
+
+
+def summarize(folder, scn: Scenario, points: list, timings: dict | None = None) -> dict:
+    """Aggregate the finished runs per grid point (median, 10-90 % band over seeds); write
+    summary.json / summary.md / summary.html and plots. Missing runs are counted, not invented."""
+    folder = Path(folder)
+    runs = {}
+    for p in (folder / "runs").glob("*.json"):
+        runs[p.stem] = json.loads(p.read_text())
+    rows = []
+    for pt in points:
+        rs = [runs[i] for i in pt["run_ids"] if i in runs]
+        row = {k: v for k, v in pt.items() if k != "run_ids"}
+        row["runs_finished"] = len(rs)
+        row["runs_total"] = len(pt["run_ids"])
+        for key, (_label, fn) in METRICS.items():
+            row[key] = _stats([fn(r) for r in rs])
+        rows.append(row)
+    summary = {"name": scn.name, "created": _dt.datetime.now().isoformat(timespec="seconds"),
+               "noise_settings": NOISE_SETTINGS, "seeds": scn.sweep.seeds,
+               "points": rows, "timings_s": timings or {},
+               "runs_finished": len(runs)}
+    _atomic_json(folder / "summary.json", summary)
+    plots = _plot(folder, rows)
+    _write_summary_docs(folder, summary, plots)
+    return summary
+
+
+def _plot(folder: Path, rows: list) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    pdir = folder / "plots"
+    pdir.mkdir(exist_ok=True)
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["combine"], r["channel"]), []).append(r)
+    out = []
+    units = {"position": "rad", "torque": "N*m", "current": "A"}
+    for (combine, channel), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["level_index"])
+        x = (np.array([r["levels"][channel] for r in rs]) if channel in units
+             else np.array([r["level_index"] for r in rs], float))
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        for ax, keys in zip(axes, (("param_median_abs_error_percent",),
+                                   ("validation_rms_simplified", "validation_rms_improved"))):
+            for key in keys:
+                med = np.array([np.nan if r[key]["median"] is None else r[key]["median"] for r in rs])
+                lo = np.array([np.nan if r[key]["p10"] is None else r[key]["p10"] for r in rs])
+                hi = np.array([np.nan if r[key]["p90"] is None else r[key]["p90"] for r in rs])
+                ax.plot(x, med, "o-", label=METRICS[key][0])
+                ax.fill_between(x, lo, hi, alpha=0.25)
+            ax.set_xlabel(f"{channel} noise std [{units[channel]}]" if channel in units
+                          else "noise level index (all channels together)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.suptitle(f"sweep: {channel} ({combine}); median over seeds, 10-90 % band")
+        fig.tight_layout()
+        path = pdir / f"sweep_{combine}_{channel}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        out.append(path)
+    return out
+
+
+def _fmt(s: dict) -> str:
+    if s["median"] is None:
+        return "--"
+    return f"{s['median']:.4g} [{s['p10']:.3g}, {s['p90']:.3g}]"
+
+
+def _write_summary_docs(folder: Path, summary: dict, plots: list) -> None:
+    from .report import _atomic_text, render_html, render_markdown
+    head = ["combine", "channel", "level", "runs"] + [METRICS[k][0] for k in METRICS]
+    rows = []
+    for r in summary["points"]:
+        lvl = r["levels"].get(r["channel"]) if r["channel"] in r["levels"] else \
+            ", ".join(f"{k}={v:g}" for k, v in r["levels"].items())
+        rows.append([r["combine"], r["channel"], f"{lvl:g}" if isinstance(lvl, float) else lvl,
+                     f"{r['runs_finished']}/{r['runs_total']}"] + [_fmt(r[k]) for k in METRICS])
+    blocks = [("h", 1, f"twinid noise sweep: {summary['name']}"),
+              ("p", f"{summary['runs_finished']} runs finished; {summary['seeds']} Monte Carlo seeds "
+                    f"per grid point; cells: median [10 %, 90 %] over seeds. Noise settings of the "
+                    f"twin: " + ", ".join(f"{k} -> `{v}`" for k, v in NOISE_SETTINGS.items())),
+              ("table", head, rows)]
+    for p in plots:
+        blocks.append(("img", os.path.relpath(p, folder), p.stem.replace("_", " ")))
+    _atomic_text(folder / "summary.md", render_markdown(blocks))
+    _atomic_text(folder / "summary.html", render_html(blocks, folder, "twinid sweep"))

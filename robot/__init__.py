@@ -1,0 +1,6 @@
+"""The physical arm behind EtherCAT (master side): configuration, PDO codec, CiA 402, units,
+safety, bus (the only module importing pysoem), cyclic loop and the `hardware` backend.
+
+Layers, lowest first: config -> pdo, units, cia402 -> safety, plan -> bus (pysoem) -> loop -> backend.
+"""
+from .config import EthercatConfig, load_config  # noqa: F401

@@ -1,0 +1,409 @@
+"""The `hardware` backend: runs a trajectory on the arm over EtherCAT and returns a Recording.
+
+``make_backend(arm, settings)`` (registered in identify.backend.BACKENDS) ->
+:class:`HardwareBackend` with ``run(trajectory, periods=1, progress=False) -> Recording``.
+
+A run, in order (nothing touches the bus before step 3, nothing moves before step 5):
+ 1. sample the trajectory at the cycle rate and check it against the arm's position, velocity,
+    acceleration and torque limits (rigid-body inverse dynamics) and the per-cycle step limit;
+ 2. refuse unless ``armed`` (or ``dry_run``);
+ 3. start the loop process (robot.loop), which brings the bus up to OP and reports the pose;
+ 4. plan the approach from that pose to the start pose and check the whole plan again;
+    dry run: stop here and return the (unmoved) measured pose with the planned command;
+ 5. the loop enables the drives, runs the plan, stops in a defined order; meanwhile this process
+    streams its samples to disk (identify.recording.ChunkWriter) and watches its heartbeat.
+A fault ends in the safe stop and raises :class:`RunStopped`, whose ``recording`` holds every
+sample (also assembled on disk in ``record_dir``).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import tempfile
+import threading
+import time
+from multiprocessing import shared_memory
+from pathlib import Path
+
+import numpy as np
+
+from identify.recording import ChunkWriter, Recording, assemble_chunks
+
+from . import loop as L
+from .config import HardwareSettings, load_config
+from .plan import approach_duration, build_plan
+from .safety import DEFAULT_POLICY, Fault, Limits, SafetyError, SafetyRefused, check_trajectory
+from .units import make_units
+
+
+class RunStopped(SafetyError):
+    """The run ended in a safe stop. ``fault``: robot.safety.Fault value; ``summary``: the loop's
+    report; ``recording``: every sample up to the stop (full stream, all phases); ``path``: its file."""
+
+    def __init__(self, message, fault=None, summary=None, recording=None, path=None):
+        super().__init__(message)
+        self.fault, self.summary, self.recording, self.path = fault, summary or {}, recording, path
+
+
+def _arm_models(arm: dict):
+    """(model of the identified joints, model of the full arm, full-arm qdd_max or None)."""
+    from identify import RobotModel
+    from identify.arm import REFERENCE_URDF, load_description
+    urdf = Path(arm.get("urdf") or REFERENCE_URDF)
+    joints = arm.get("joints")
+    # acceleration limits (URDF has none): arm["qdd_max"], else the description YAML named in
+    # arm["description"], else <urdf stem>.yaml next to the URDF, else none (inf)
+    desc_path = Path(arm["description"]) if arm.get("description") else urdf.with_suffix(".yaml")
+    full0 = RobotModel.from_urdf(urdf)
+    qdd, gravity = None, (0.0, 0.0, -9.81)
+    if desc_path.exists():
+        desc = load_description(desc_path)
+        by_name = dict(zip(desc.joint_names, np.asarray(desc.qdd_max, float)))
+        qdd = np.array([by_name.get(j, np.inf) for j in full0.joint_names])
+        gravity = tuple(np.asarray(desc.gravity, float))
+    if arm.get("qdd_max") is not None and joints is None:
+        qdd = np.asarray(arm["qdd_max"], float)
+    full = RobotModel.from_urdf(urdf, qdd_max=qdd, gravity=gravity)
+    model = full if not joints else RobotModel.from_urdf(urdf, list(joints), gravity=gravity)
+    return model, full
+
+
+def make_backend(arm: dict, settings: dict) -> "HardwareBackend":
+    return HardwareBackend(arm or {}, settings or {})
+
+
+class HardwareBackend:
+    name = "hardware"
+
+    def __init__(self, arm: dict, settings: dict, *, bus_factory: str | None = None,
+                 bus_kwargs: dict | None = None):
+        # bus_factory/bus_kwargs: "module:callable" replacing robot.bus.EthercatBus (tests only)
+        self._bus = (bus_factory or "robot.bus:EthercatBus", dict(bus_kwargs or {}))
+        self.settings = HardwareSettings.from_settings(settings)
+        self.cfg = load_config(self.settings.config)
+        self.model, self.full = _arm_models(arm)
+        names = list(self.full.joint_names)
+        self.units = make_units(self.cfg, names)      # every drive has a joint and vice versa
+        self.dt = self.cfg.bus.cycle_time_s
+        s = self.settings
+        self.limits = Limits.from_model(self.full, s.limit_scale, s.position_margin_rad)
+        rate = s.record_rate_hz or 100.0
+        self.decimate = int(round(1.0 / (rate * self.dt)))
+        if self.decimate < 1 or abs(self.decimate * rate * self.dt - 1) > 1e-9:
+            raise ValueError(f"hardware setting record_rate_hz={rate} must divide the cycle rate "
+                             f"{1 / self.dt:g} Hz")
+        self.rate_hz = 1.0 / (self.decimate * self.dt)
+        self.model_cols = [names.index(j) for j in self.model.joint_names]
+        self.last_summary: dict | None = None
+        self.loop_pid: int | None = None     # pid of the current loop process (diagnostics)
+        self._ctrl: np.ndarray | None = None  # the running loop's control block
+        self._ctrl_lock = threading.Lock()     # status()/abort() vs. unmapping the block
+
+    def status(self) -> dict | None:
+        """While a run is in progress (from another thread): loop phase ('init', 'idle',
+        'enable', 'run', 'stop', 'done'), rows recorded, and the row where the plan started."""
+        with self._ctrl_lock:
+            c = self._ctrl
+            if c is None:
+                return None
+            names = ("init", "idle", "enable", "run", "stop", "done")
+            return {"phase": names[int(c[L.C_PHASE])], "rows": int(c[L.C_ROWS]),
+                    "run_row0": int(c[L.C_RUN_ROW0]), "pid": self.loop_pid}
+
+    def abort(self) -> bool:
+        """Request the defined stop of the running loop (from another thread; what Ctrl-C does).
+        Returns False if no run is in progress."""
+        with self._ctrl_lock:
+            c = self._ctrl
+            if c is None:
+                return False
+            c[L.C_ABORT] = 1
+            return True
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _full_q(self, q_model: np.ndarray) -> np.ndarray:
+        """(N, n_model) -> (N, n_full), locked joints at 0."""
+        out = np.zeros(q_model.shape[:-1] + (self.full.n,))
+        out[..., self.model_cols] = q_model
+        return out
+
+    def _check(self, t, q, qd, qdd, what):
+        try:
+            return check_trajectory(t, q, qd, qdd, self.limits, list(self.full.joint_names),
+                                    model=self.full, step_max=self.cfg.safety.position_step_max_rad)
+        except ValueError as exc:
+            raise ValueError(f"{what}: {exc}") from None
+
+    def check(self, trajectory, periods: int = 1) -> dict:
+        """Step 1 only: sample one period at the cycle rate and check it (ValueError on failure)."""
+        if trajectory.n_joints != self.model.n:
+            raise ValueError(f"trajectory has {trajectory.n_joints} joints, the arm model "
+                             f"{self.model.n} ({list(self.model.joint_names)})")
+        m = int(round(trajectory.duration / self.dt))
+        t = np.arange(m + 1) * self.dt
+        q, qd, qdd = (self._full_q(np.asarray(a, float)) for a in trajectory.evaluate(t))
+        return self._check(t, q, qd, qdd, "trajectory")
+
+    # -- run ------------------------------------------------------------------------------------
+    def run(self, trajectory, *, periods: int = 1, progress: bool = False) -> Recording:
+        s = self.settings
+        self.check(trajectory, periods)
+        if not s.armed and not s.dry_run:
+            raise SafetyRefused("refusing to move the arm: the hardware backend is not armed "
+                              "(set hardware.armed: true, or dry_run: true to only check)")
+        traj_full = _FullTrajectory(trajectory, self)
+        if not s.iface:
+            if not s.dry_run:
+                raise ValueError("hardware setting iface (the EtherCAT network interface) is required")
+            # offline dry run: no bus; the pose is taken to be the trajectory's start
+            q0 = np.asarray(traj_full.evaluate(np.zeros(1))[0], float)[0]
+            plan = build_plan(traj_full, periods, self.dt, q0, self.limits.qd_max, self.limits.qdd_max,
+                              dwell=s.dwell_s)
+            self._check(plan.t, plan.q, plan.qd, plan.qdd, "run plan")
+            meta = {"backend": "hardware", "iface": None, "config": self.cfg.path, "dry_run": True,
+                    "cycle_time_s": self.dt, "periods": periods,
+                    "trajectory_duration_s": float(trajectory.duration)}
+            rec = self._dry_recording(plan, q0, meta)
+            rec.meta["note"] = "offline dry run (no iface): limits checked, bus not touched, nothing moved"
+            return rec
+        n = self.full.n
+        # upper bound of the cycles the loop may record
+        t_app = approach_duration(self.limits.q_min, self.limits.q_max,
+                                  self.limits.qd_max * self.cfg.safety.approach_speed_frac,
+                                  self.limits.qdd_max * self.cfg.safety.approach_speed_frac)
+        enable_cycles = int(s.enable_timeout_s / self.dt)
+        m_max = (int(round(trajectory.duration / self.dt)) * periods + int(np.ceil(t_app / self.dt))
+                 + 2 * int(round(s.dwell_s / self.dt)) + 2)
+        sc = self.cfg.safety
+        capacity = enable_cycles + m_max + sc.hold_cycles + n + sc.confirm_cycles + 16
+        record_dir = Path(s.record_dir) if s.record_dir else Path(tempfile.mkdtemp(prefix="twinid-hw-"))
+        record_dir.mkdir(parents=True, exist_ok=True)
+        for old in record_dir.glob("chunk_*.npz"):
+            old.unlink()
+
+        width = L.row_width(n)
+        ctrl_shm = shared_memory.SharedMemory(create=True, size=L.CTRL_LEN * 8)
+        rec_shm = shared_memory.SharedMemory(create=True, size=capacity * width * 8)
+        plan_shm = None
+        ctrl = np.ndarray((L.CTRL_LEN,), np.int64, ctrl_shm.buf)
+        ctrl[:] = 0
+        self._ctrl = ctrl
+        rows = np.ndarray((capacity, width), np.float64, rec_shm.buf)
+        policy = {f.value: p for f, p in DEFAULT_POLICY.items()}
+        policy.update(s.fault_policy)
+        spec = L.LoopSpec(config_path=self.cfg.path, iface=s.iface, joint_names=list(self.full.joint_names),
+                          limits=self.limits, rec_shm=rec_shm.name, ctrl_shm=ctrl_shm.name,
+                          capacity=capacity, complete_access=s.complete_access,
+                          receive_timeout_us=s.receive_timeout_us, enable_timeout_cycles=enable_cycles,
+                          allow_fault_reset=s.allow_fault_reset, policy=policy,
+                          realtime=s.realtime, bus_factory=self._bus[0], bus_kwargs=self._bus[1])
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=L.loop_main, args=(spec, child), name="twinid-ethercat-loop", daemon=True)
+        meta = {"backend": "hardware", "iface": s.iface, "config": self.cfg.path,
+                "cycle_time_s": self.dt, "dry_run": s.dry_run, "periods": periods,
+                "trajectory_duration_s": float(trajectory.duration)}
+        writer = ChunkWriter(record_dir, list(self.full.joint_names), 1.0 / self.dt, meta)
+        written = 0
+        cols = L.column_slices(n)
+
+        def flush(upto, min_rows=1):
+            nonlocal written
+            if upto - written >= min_rows:
+                r = rows[written:upto]
+                writer.write(r[:, cols["t"]], q=r[:, cols["q"]], qd=r[:, cols["qd"]],
+                             tau_m=r[:, cols["tau_m"]], i_m=r[:, cols["i_m"]], tau_j=r[:, cols["tau_j"]],
+                             q_cmd=r[:, cols["q_cmd"]], status=r[:, cols["status"]])
+                written = upto
+
+        summary, plan, error = None, None, None
+        try:
+            proc.start()
+            self.loop_pid = proc.pid
+            child.close()
+            msg = _recv(parent, proc, s.bringup_timeout_s, "bring-up")
+            if msg[0] == "error":
+                raise _bus_error(msg)
+            q_now = np.asarray(msg[1]["q"], float)
+            plan = build_plan(traj_full, periods, self.dt, q_now,
+                              self.limits.qd_max * sc.approach_speed_frac,
+                              self.limits.qdd_max * sc.approach_speed_frac, dwell=s.dwell_s)
+            try:
+                self._check(plan.t, plan.q, plan.qd, plan.qdd, "run plan (approach from the measured pose)")
+            except ValueError:
+                parent.send(("quit",))
+                raise
+            if s.dry_run:
+                parent.send(("quit",))
+                _recv(parent, proc, 5.0, "dry-run exit")
+                return self._dry_recording(plan, q_now, meta)
+            tau_ff = (self.full.inverse_dynamics(plan.q, plan.qd, plan.qdd) if s.torque_feedforward
+                      else np.zeros_like(plan.q))
+            plan_shm = shared_memory.SharedMemory(create=True, size=2 * plan.q.size * 8)
+            np.ndarray(plan.q.shape, np.float64, plan_shm.buf)[:] = plan.q
+            np.ndarray(plan.q.shape, np.float64, plan_shm.buf, offset=plan.q.size * 8)[:] = tau_ff
+            parent.send(("go", plan_shm.name, plan.n_cycles))
+            bar = _progress(progress, plan.n_cycles)
+            last_beat, t_beat = -1, time.monotonic()
+            while True:
+                if parent.poll(0.2):
+                    msg = parent.recv()
+                    if msg[0] == "done":
+                        summary = msg[1]
+                    else:
+                        error = msg
+                    break
+                beat = int(ctrl[L.C_HEARTBEAT])
+                flush(int(ctrl[L.C_ROWS]), 1000)   # rows are complete once counted
+                if bar is not None:
+                    bar.n = min(plan.n_cycles, max(0, beat - int(ctrl[L.C_RUN_ROW0])))
+                    bar.refresh()
+                now = time.monotonic()
+                if beat != last_beat:
+                    last_beat, t_beat = beat, now
+                elif now - t_beat > s.watchdog_s or not proc.is_alive():
+                    why = ("loop process exited" if not proc.is_alive()
+                           else f"no cycle for {now - t_beat:.2f} s")
+                    ctrl[L.C_ABORT] = 1
+                    proc.join(0.5)
+                    if proc.is_alive():
+                        proc.kill()
+                    summary = {"fault": Fault.STALLED_LOOP.value, "message": f"stalled loop: {why}; "
+                               "the drives' SyncManager watchdogs take over", "stop_confirmed": False}
+                    break
+            if bar is not None:
+                bar.close()
+        except KeyboardInterrupt:
+            ctrl[L.C_ABORT] = 1             # running: the loop stops in the defined order
+            try:
+                parent.send(("quit",))       # still idle: leave without enabling
+                msg = _recv(parent, proc, 5.0, "abort")
+                summary = msg[1] if msg[0] == "done" else None
+            except Exception:
+                pass
+            raise
+        finally:
+            proc.join(10.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+            flush(int(ctrl[L.C_ROWS]))
+            n_rows = int(ctrl[L.C_ROWS])
+            run_row0 = int(ctrl[L.C_RUN_ROW0])
+            cyc = rows[:n_rows].copy()
+            with self._ctrl_lock:
+                self._ctrl = None
+            for shm in (plan_shm, ctrl_shm, rec_shm):
+                if shm is not None:
+                    shm.close()
+                    shm.unlink()
+            parent.close()
+        stream = assemble_chunks(record_dir, record_dir / "stream.npz") if n_rows else None
+        if error is not None:
+            exc = _bus_error(error)
+            if stream is not None:
+                exc.args = (f"{exc.args[0]} (drives disabled at once; the {n_rows} samples "
+                            f"recorded are in {record_dir / 'stream.npz'})",)
+            raise exc
+        stats = cycle_stats(cyc[:, cols["t_wall"]], self.dt)
+        bus_meta = {"wkc": cyc[:, cols["wkc"]].astype(np.int64), "late": cyc[:, cols["late"]],
+                    "t_wall": cyc[:, cols["t_wall"]], "phase": cyc[:, cols["phase"]].astype(np.int64),
+                    "error_code": cyc[:, cols["error_code"]].astype(np.int64)}
+        np.savez(record_dir / "bus.npz", **bus_meta)
+        summary = dict(summary or {})
+        summary.update(stats=stats, record_dir=str(record_dir), run_row0=run_row0)
+        self.last_summary, self.last_stream = summary, stream
+        if summary.get("fault"):
+            raise RunStopped(f"hardware run stopped safely: {summary.get('message')} "
+                             f"(every sample kept in {record_dir / 'stream.npz'})",
+                             summary["fault"], summary, stream, record_dir / "stream.npz")
+        a, b = run_row0 + plan.traj_start, run_row0 + plan.traj_stop
+        rec = stream.window(a, b)
+        sel = slice(0, None, self.decimate)
+        ch = {}
+        for name in ("q", "tau_j", "i_m", "tau_m", "q_cmd", "qd", "status"):
+            v = getattr(rec, name)
+            ch[name] = None if v is None else v[sel][:, self.model_cols]
+        meta.update(summary=_jsonable(summary), rate_hz=self.rate_hz)
+        return Recording(t=rec.t[sel] - rec.t[0], rate_hz=self.rate_hz,
+                         joint_names=list(self.model.joint_names), meta=meta, **ch)
+
+    def _dry_recording(self, plan, q_now, meta) -> Recording:
+        """Dry run: the arm did not move; q is the measured pose, q_cmd the planned command."""
+        sel = slice(plan.traj_start, plan.traj_stop, self.decimate)
+        qc = plan.q[sel][:, self.model_cols]
+        meta = dict(meta, note="dry run: drives never enabled; q is the pose measured at bring-up")
+        return Recording(t=plan.t[sel] - plan.t[plan.traj_start], rate_hz=self.rate_hz,
+                         joint_names=list(self.model.joint_names), meta=meta,
+                         q=np.repeat(q_now[None, self.model_cols], qc.shape[0], axis=0), q_cmd=qc)
+
+    def close(self) -> None:
+        """Nothing held between runs: each run opens and closes the bus in its own process."""
+
+
+class _FullTrajectory:
+    """The model-joint trajectory lifted to all drives (locked joints held at 0)."""
+
+    def __init__(self, traj, be: HardwareBackend):
+        self.traj, self.be, self.duration = traj, be, float(traj.duration)
+
+    @property
+    def n_joints(self):
+        return self.be.full.n
+
+    def evaluate(self, t):
+        return tuple(self.be._full_q(np.asarray(a, float)) for a in self.traj.evaluate(np.asarray(t, float)))
+
+
+def cycle_stats(t_wall: np.ndarray, dt: float) -> dict:
+    """Cycle-time statistics from the wall-clock stamps of consecutive cycles [s]:
+    median, p99, max period [s] and the count of periods longer than 1.5 dt (late cycles)."""
+    if t_wall.shape[0] < 3:
+        return {}
+    p = np.diff(t_wall)
+    return {"cycles": int(p.shape[0] + 1), "median_s": float(np.median(p)),
+            "p99_s": float(np.percentile(p, 99)), "max_s": float(p.max()),
+            "late_cycles": int(np.sum(p > 1.5 * dt)), "mean_s": float(p.mean())}
+
+
+def _recv(conn, proc, timeout, what):
+    t_end = time.monotonic() + timeout
+    while time.monotonic() < t_end:
+        if conn.poll(0.1):
+            return conn.recv()
+        if not proc.is_alive() and not conn.poll(0):
+            raise RuntimeError(f"EtherCAT loop process died during {what} (exit code {proc.exitcode})")
+    raise TimeoutError(f"EtherCAT loop process gave no answer within {timeout} s during {what}")
+
+
+def _bus_error(msg):
+    kind, text = msg[1], msg[2]
+    if kind in ("IdentityError", "BusError"):
+        # a bring-up refusal; this process never imports pysoem (robot.bus)
+        return BusRefused(f"{kind}: {text}", kind)
+    return RuntimeError(f"EtherCAT loop failed ({kind}): {text}")
+
+
+class BusRefused(RuntimeError):
+    """Bring-up refused by the bus layer (kind: 'IdentityError' or 'BusError')."""
+
+    def __init__(self, message, kind):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _progress(on, total):
+    if not on:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc="hardware run", unit="cycle", mininterval=0.5)
+
+
+def _jsonable(d):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, (np.integer, np.floating)):
+            v = v.item()
+        elif isinstance(v, dict):
+            v = _jsonable(v)
+        out[k] = v
+    return out

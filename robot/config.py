@@ -1,0 +1,367 @@
+"""EtherCAT drive configuration (``assets/cobot6_ethercat.yaml``) -> validated, immutable dataclasses.
+
+The file holds the vendor-facing integers of the bus (identity, PDO layout, startup SDOs,
+per-drive scaling). This module only parses and validates; conversion to SI lives in
+:mod:`robot.units`, the PDO codec in :mod:`robot.pdo`. Every error names the file and the key
+(and the drive / entry index) at fault.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "assets" / "cobot6_ethercat.yaml"
+
+# PDO / SDO scalar types: name -> (numpy little-endian code, bit length, signed)
+TYPES = {
+    "U8": ("<u1", 8, False), "I8": ("<i1", 8, True),
+    "U16": ("<u2", 16, False), "I16": ("<i2", 16, True),
+    "U32": ("<u4", 32, False), "I32": ("<i4", 32, True),
+}
+
+
+class ConfigError(ValueError):
+    """The drive configuration file is malformed; the message names file and key."""
+
+
+@dataclass(frozen=True)
+class PdoEntry:
+    """One mapped object: CoE index/subindex, scalar type name (see TYPES), field name."""
+    index: int
+    sub: int
+    type: str
+    name: str
+
+    @property
+    def bits(self) -> int:
+        return TYPES[self.type][1]
+
+    @property
+    def mapping_word(self) -> int:
+        """The 32-bit PDO mapping entry (index << 16 | sub << 8 | bit length)."""
+        return (self.index << 16) | (self.sub << 8) | self.bits
+
+
+@dataclass(frozen=True)
+class StartupSdo:
+    """A CoE object written to every drive in PREOP before the PDO assignment."""
+    index: int
+    sub: int
+    type: str
+    value: int
+
+
+@dataclass(frozen=True)
+class DriveConfig:
+    """Per-drive scaling (bus position = list position = joint order in the file).
+
+    sign: +1/-1 maps the drive's positive direction to the model's joint direction.
+    encoder_counts_per_rev: link-side encoder counts per link revolution.
+    gear_ratio, torque_constant_Nm_A: eta and beta (tau'_m = eta * beta * i).
+    rated_torque_Nm: 0x6076, link-side (reflected); torque_actual/torque_offset are per mille of it.
+    rated_current_A: 0x6075; current_actual is per mille of it.
+    joint_torque_scale_Nm: N*m per unit of the torque-sensor object.
+    """
+    joint: str
+    sign: int
+    encoder_counts_per_rev: int
+    gear_ratio: float
+    torque_constant_Nm_A: float
+    rated_torque_Nm: float
+    rated_current_A: float
+    joint_torque_scale_Nm: float
+
+
+@dataclass(frozen=True)
+class BusConfig:
+    cycle_time_s: float = 0.001
+    distributed_clocks: bool = False
+    wkc_error_budget: int = 3       # consecutive working-counter drops tolerated
+    lost_frame_budget: int = 5      # lost frames tolerated within lost_frame_window cycles
+    lost_frame_window: int = 1000
+
+
+@dataclass(frozen=True)
+class SafetyConfig:
+    """Run-time safety settings (optional ``safety:`` section; SI units; defaults below).
+
+    following_error_max_rad: |q_cmd - q_actual| beyond which the run stops.
+    position_step_max_rad: largest commanded change per cycle (per joint).
+    hold_cycles: cycles the drives hold the last measured pose after a fault before disabling.
+    stall_cycles: a cycle that starts this many periods late is a stalled loop.
+    confirm_cycles: cycles allowed for the drives to report 'disabled' after the disable command.
+    approach_speed_frac: fraction of qd_max used for the move to the trajectory's start pose.
+    """
+    following_error_max_rad: float = 0.05
+    position_step_max_rad: float = 0.005
+    hold_cycles: int = 50
+    stall_cycles: int = 20
+    confirm_cycles: int = 20
+    approach_speed_frac: float = 0.2
+
+
+@dataclass(frozen=True)
+class EthercatConfig:
+    path: str
+    bus: BusConfig
+    vendor_id: int
+    product_code: int
+    revision: int
+    rx_pdo: int
+    rx_entries: tuple[PdoEntry, ...]
+    tx_pdo: int
+    tx_entries: tuple[PdoEntry, ...]
+    startup_sdo: tuple[StartupSdo, ...]
+    drives: tuple[DriveConfig, ...]
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+
+    @property
+    def n_drives(self) -> int:
+        return len(self.drives)
+
+    @property
+    def joint_names(self) -> list[str]:
+        return [d.joint for d in self.drives]
+
+
+REQUIRED_RX = ("controlword", "target_position")
+REQUIRED_TX = ("statusword", "position_actual")
+
+
+def load_config(path: str | Path | None = None) -> EthercatConfig:
+    """Read and validate the drive configuration YAML (default: assets/cobot6_ethercat.yaml)."""
+    path = Path(path) if path is not None else DEFAULT_CONFIG
+    if not path.exists():
+        raise ConfigError(f"EtherCAT configuration file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    return parse_config(raw, str(path))
+
+
+def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
+    """Validate an already-parsed configuration mapping (`where` names it in errors)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: top level must be a mapping")
+
+    def sect(key):
+        v = raw.get(key)
+        if not isinstance(v, dict):
+            raise ConfigError(f"{where}: missing or non-mapping section '{key}'")
+        return v
+
+    def num(d, key, ctx, kind=float, positive=False, default=None):
+        if key not in d:
+            if default is not None:
+                return default
+            raise ConfigError(f"{where}: {ctx}: missing key '{key}'")
+        v = d[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ConfigError(f"{where}: {ctx}.{key} must be a number, got {v!r}")
+        if kind is int and (not float(v).is_integer()):
+            raise ConfigError(f"{where}: {ctx}.{key} must be an integer, got {v!r}")
+        if not math.isfinite(v):
+            raise ConfigError(f"{where}: {ctx}.{key} must be finite, got {v!r}")
+        if positive and not v > 0:
+            raise ConfigError(f"{where}: {ctx}.{key} must be > 0, got {v!r}")
+        return kind(v)
+
+    b = raw.get("bus", {}) or {}
+    bd = BusConfig()
+    bus = BusConfig(
+        cycle_time_s=num(b, "cycle_time_s", "bus", positive=True, default=bd.cycle_time_s),
+        distributed_clocks=bool(b.get("distributed_clocks", bd.distributed_clocks)),
+        wkc_error_budget=num(b, "wkc_error_budget", "bus", int, default=bd.wkc_error_budget),
+        lost_frame_budget=num(b, "lost_frame_budget", "bus", int, default=bd.lost_frame_budget),
+        lost_frame_window=num(b, "lost_frame_window", "bus", int, True, default=bd.lost_frame_window))
+    if not 1e-4 <= bus.cycle_time_s <= 0.1:
+        raise ConfigError(f"{where}: bus.cycle_time_s={bus.cycle_time_s} outside [1e-4, 0.1] s")
+
+    ident = sect("identity")
+    vendor = num(ident, "vendor_id", "identity", int)
+    product = num(ident, "product_code", "identity", int)
+    revision = num(ident, "revision", "identity", int, default=0)
+
+    pdo = sect("pdo")
+
+    def entries(key):
+        lst = pdo.get(key)
+        if not isinstance(lst, list) or not lst:
+            raise ConfigError(f"{where}: pdo.{key} must be a non-empty list")
+        out, names = [], set()
+        for k, e in enumerate(lst):
+            ctx = f"pdo.{key}[{k}]"
+            if not isinstance(e, dict):
+                raise ConfigError(f"{where}: {ctx} must be a mapping")
+            t = e.get("type")
+            if t not in TYPES:
+                raise ConfigError(f"{where}: {ctx}.type={t!r} not one of {sorted(TYPES)}")
+            name = e.get("name")
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ConfigError(f"{where}: {ctx}.name={name!r} must be an identifier")
+            if name in names:
+                raise ConfigError(f"{where}: {ctx}.name={name!r} appears twice")
+            names.add(name)
+            idx = num(e, "index", ctx, int)
+            sub = num(e, "sub", ctx, int, default=0)
+            if not (0 <= idx <= 0xFFFF and 0 <= sub <= 0xFF):
+                raise ConfigError(f"{where}: {ctx}: index/sub out of range ({idx:#x}/{sub})")
+            out.append(PdoEntry(idx, sub, t, name))
+        return tuple(out)
+
+    rx_entries, tx_entries = entries("rx_entries"), entries("tx_entries")
+    for req, lst, key in ((REQUIRED_RX, rx_entries, "rx_entries"), (REQUIRED_TX, tx_entries, "tx_entries")):
+        have = {e.name for e in lst}
+        for r in req:
+            if r not in have:
+                raise ConfigError(f"{where}: pdo.{key} lacks required entry '{r}'")
+
+    sdos = []
+    for k, s in enumerate(raw.get("startup_sdo", []) or []):
+        ctx = f"startup_sdo[{k}]"
+        if not isinstance(s, dict) or s.get("type") not in TYPES:
+            raise ConfigError(f"{where}: {ctx} needs index, sub, type (one of {sorted(TYPES)}), value")
+        v = num(s, "value", ctx, int)
+        code, bits, signed = TYPES[s["type"]]
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        if not lo <= v <= hi:
+            raise ConfigError(f"{where}: {ctx}.value={v} does not fit {s['type']}")
+        sdos.append(StartupSdo(num(s, "index", ctx, int), num(s, "sub", ctx, int, default=0), s["type"], v))
+
+    dl = raw.get("drives")
+    if not isinstance(dl, list) or not dl:
+        raise ConfigError(f"{where}: 'drives' must be a non-empty list (one entry per joint)")
+    drives, seen = [], set()
+    for k, d in enumerate(dl):
+        ctx = f"drives[{k}]"
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where}: {ctx} must be a mapping")
+        joint = d.get("joint")
+        if not isinstance(joint, str) or not joint:
+            raise ConfigError(f"{where}: {ctx}.joint must be a joint name")
+        if joint in seen:
+            raise ConfigError(f"{where}: {ctx}.joint={joint!r} appears twice")
+        seen.add(joint)
+        ctx = f"{ctx} ({joint})"
+        sign = num(d, "sign", ctx, int, default=1)
+        if sign not in (1, -1):
+            raise ConfigError(f"{where}: {ctx}.sign must be +1 or -1, got {sign}")
+        drives.append(DriveConfig(
+            joint=joint, sign=sign,
+            encoder_counts_per_rev=num(d, "encoder_counts_per_rev", ctx, int, True),
+            gear_ratio=num(d, "gear_ratio", ctx, positive=True),
+            torque_constant_Nm_A=num(d, "torque_constant_Nm_A", ctx, positive=True),
+            rated_torque_Nm=num(d, "rated_torque_Nm", ctx, positive=True),
+            rated_current_A=num(d, "rated_current_A", ctx, positive=True),
+            joint_torque_scale_Nm=num(d, "joint_torque_scale_Nm", ctx, positive=True)))
+
+    s = raw.get("safety", {}) or {}
+    sd = SafetyConfig()
+    safety = SafetyConfig(
+        following_error_max_rad=num(s, "following_error_max_rad", "safety", positive=True,
+                                    default=sd.following_error_max_rad),
+        position_step_max_rad=num(s, "position_step_max_rad", "safety", positive=True,
+                                  default=sd.position_step_max_rad),
+        hold_cycles=num(s, "hold_cycles", "safety", int, default=sd.hold_cycles),
+        stall_cycles=num(s, "stall_cycles", "safety", int, True, default=sd.stall_cycles),
+        confirm_cycles=num(s, "confirm_cycles", "safety", int, True, default=sd.confirm_cycles),
+        approach_speed_frac=num(s, "approach_speed_frac", "safety", positive=True,
+                                default=sd.approach_speed_frac))
+
+    return EthercatConfig(path=where, bus=bus, vendor_id=vendor, product_code=product,
+                          revision=revision, rx_pdo=num(pdo, "rx", "pdo", int),
+                          rx_entries=rx_entries, tx_pdo=num(pdo, "tx", "pdo", int),
+                          tx_entries=tx_entries, startup_sdo=tuple(sdos), drives=tuple(drives),
+                          safety=safety)
+
+
+# -- backend settings (scenario `hardware:` section; `options` are passed through) ------------------
+@dataclass(frozen=True)
+class HardwareSettings:
+    """Settings of the hardware backend (all optional; SI units).
+
+    iface: network interface of the bus. armed: must be True to enable the drives (never a
+    default). dry_run: bring the bus up and run every check, never enable. config: drive
+    configuration YAML. limit_scale: fraction of the arm's qd/qdd/tau limits the run may use.
+    position_margin_rad: kept clear of each position limit. record_dir: folder for the streamed
+    chunks (default: a new temporary folder). record_rate_hz: rate of the returned recording
+    (default: the cycle rate; must divide it). torque_feedforward: send the rigid-body inverse
+    dynamics of the plan as torque_offset. complete_access: PDO mapping by CoE complete access.
+    receive_timeout_us: process-data receive timeout (default: one cycle). enable_timeout_s:
+    time allowed to enable all drives. watchdog_s: the parent stops a loop that makes no progress
+    this long. bringup_timeout_s: time allowed to reach OP. dwell_s: rest before/after the
+    trajectory. allow_fault_reset: reset drive faults present when enabling. realtime: run the
+    loop process SCHED_FIFO when permitted (falls back silently; reported). fault_policy:
+    {fault name: "hold" | "disable"} overrides of robot.safety.DEFAULT_POLICY.
+    """
+    iface: str | None = None
+    armed: bool = False
+    dry_run: bool = False
+    config: str | None = None
+    limit_scale: float = 1.0
+    position_margin_rad: float = 0.0
+    record_dir: str | None = None
+    record_rate_hz: float | None = None
+    torque_feedforward: bool = False
+    complete_access: bool = False
+    receive_timeout_us: int | None = None
+    enable_timeout_s: float = 3.0
+    watchdog_s: float = 1.0
+    bringup_timeout_s: float = 30.0
+    dwell_s: float = 0.5
+    allow_fault_reset: bool = True
+    realtime: bool = True
+    fault_policy: dict = field(default_factory=dict)
+
+    @staticmethod
+    def from_settings(settings: dict | None) -> "HardwareSettings":
+        """Validate a settings dict; errors name the key."""
+        from dataclasses import fields as _fields
+        settings = dict(settings or {})
+        known = {f.name: f for f in _fields(HardwareSettings)}
+        unknown = sorted(set(settings) - set(known))
+        if unknown:
+            raise ValueError(f"unknown hardware setting(s) {unknown}; known: {sorted(known)}")
+        kw = {}
+        for k, v in settings.items():
+            if v is None:
+                kw[k] = None if k in ("iface", "config", "record_dir", "record_rate_hz",
+                                      "receive_timeout_us") else known[k].default
+                continue
+            if k in ("armed", "dry_run", "torque_feedforward", "complete_access", "allow_fault_reset",
+                     "realtime"):
+                if not isinstance(v, bool):
+                    raise ValueError(f"hardware setting {k} must be true or false, got {v!r}")
+            elif k in ("iface", "config", "record_dir"):
+                v = str(v)
+            elif k == "fault_policy":
+                if not isinstance(v, dict):
+                    raise ValueError(f"hardware setting fault_policy must be a mapping, got {v!r}")
+                from .safety import Fault
+                names = {f.value for f in Fault}
+                for fk, fv in v.items():
+                    if fk not in names:
+                        raise ValueError(f"hardware setting fault_policy.{fk}: unknown fault; "
+                                         f"known: {sorted(names)}")
+                    if fv not in ("hold", "disable"):
+                        raise ValueError(f"hardware setting fault_policy.{fk} must be 'hold' or "
+                                         f"'disable', got {fv!r}")
+            else:
+                if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                        or v < 0 or (v == 0 and k != "position_margin_rad")):
+                    raise ValueError(f"hardware setting {k} must be a positive number, got {v!r}")
+                if k == "limit_scale" and v > 1:
+                    raise ValueError(f"hardware setting limit_scale must be in (0, 1], got {v!r}")
+                if k == "receive_timeout_us":
+                    v = int(v)
+            kw[k] = v
+        return HardwareSettings(**kw)
+
+
+def validate_settings(settings: dict) -> HardwareSettings:
+    """Validator the scenario layer calls (by name) on the `hardware` settings / options."""
+    return HardwareSettings.from_settings(settings)

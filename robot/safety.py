@@ -1,0 +1,308 @@
+"""Safety of a run on the physical arm: checks before the bus is touched, per-cycle fault
+detection, and the safe-stop sequence.
+
+* :func:`check_trajectory` -- position, velocity, acceleration, torque (rigid-body inverse dynamics
+  of the planned trajectory via ``RobotModel.inverse_dynamics``) and per-cycle position-step limits
+  of a sampled command, all at once (vectorized). Raises ValueError naming joint, sample and time.
+* :class:`FaultMonitor` -- one ``update`` per cycle: drive fault bit, working-counter drop (a
+  consecutive budget), lost frames (a budget per sliding window), slave lost, position/velocity
+  limit breach, following error, stalled loop.
+* :class:`StopSequence` -- the defined stop: hold the last measured pose for ``hold_cycles``
+  (policy ``hold``) then disable the drives one per cycle from the distal joint to the base, then
+  wait at most ``confirm_cycles`` for the statuswords to confirm. Bounded by
+  :attr:`StopSequence.max_cycles`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from . import cia402
+
+
+class SafetyError(RuntimeError):
+    """A run was refused or stopped for safety reasons."""
+
+
+class SafetyRefused(SafetyError, ValueError):
+    """Refused before anything moved (not armed, ...). A ValueError, as the Backend protocol
+    asks for refusals, so the pipeline reports it as a safety refusal (CLI exit code 4)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Joint limits (n,) in SI: rad, rad/s, rad/s^2, N*m (qdd_max may be inf)."""
+    q_min: np.ndarray
+    q_max: np.ndarray
+    qd_max: np.ndarray
+    qdd_max: np.ndarray
+    tau_max: np.ndarray
+
+    @staticmethod
+    def from_model(model, scale: float = 1.0, position_margin: float = 0.0) -> "Limits":
+        """The model's limits; velocity/acceleration/torque scaled by `scale` (0 < scale <= 1),
+        the position range shrunk by `position_margin` [rad] at both ends."""
+        if not 0 < scale <= 1:
+            raise ValueError(f"limits scale must be in (0, 1], got {scale!r}")
+        lim = model.limits
+        return Limits(np.asarray(lim.q_min, float) + position_margin,
+                      np.asarray(lim.q_max, float) - position_margin,
+                      scale * np.asarray(lim.qd_max, float),
+                      scale * np.asarray(lim.qdd_max, float),
+                      scale * np.asarray(lim.tau_max, float))
+
+
+def _first_violation(excess: np.ndarray):
+    """(N, n) boolean -> (sample, joint) of the first True in time order, or None."""
+    if not excess.any():
+        return None
+    k, j = np.argwhere(excess)[0]
+    return int(k), int(j)
+
+
+def check_trajectory(t: np.ndarray, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
+                     limits: Limits, joint_names: list[str], *, model=None,
+                     step_max: np.ndarray | float | None = None,
+                     tau: np.ndarray | None = None) -> dict:
+    """Check a sampled joint trajectory against `limits` before anything moves.
+
+    Args:
+        t: (N,) [s]; q, qd, qdd: (N, n) [rad, rad/s, rad/s^2] as commanded.
+        model: object with ``inverse_dynamics(q, qd, qdd) -> (N, n)`` [N*m] for the torque check
+            (rigid body only; friction adds to it on the arm). Skipped if None and `tau` is None.
+        step_max: largest allowed |q[k+1] - q[k]| per joint [rad] (the per-cycle position step,
+            when the samples are the cycle's commands).
+        tau: precomputed joint torques (N, n) instead of `model`.
+    Returns: dict of the worst use of each limit, as fractions (1.0 = at the limit) per joint.
+    Raises: ValueError naming the limit, joint, sample and time of the first violation.
+    """
+    t = np.asarray(t, float)
+    q, qd, qdd = (np.asarray(a, float) for a in (q, qd, qdd))
+    n = len(joint_names)
+    for name, a in (("q", q), ("qd", qd), ("qdd", qdd)):
+        if a.ndim != 2 or a.shape != (t.shape[0], n):
+            raise ValueError(f"trajectory {name} has shape {a.shape}, expected ({t.shape[0]}, {n})")
+        bad = _first_violation(~np.isfinite(a))
+        if bad:
+            raise ValueError(f"trajectory {name} is not finite at joint {joint_names[bad[1]]}, "
+                             f"sample {bad[0]} (t={t[bad[0]]:.4f} s)")
+
+    def fail(what, a, lim, k, j, unit):
+        raise ValueError(f"trajectory exceeds the {what} limit at joint {joint_names[j]}, sample {k} "
+                         f"(t={t[k]:.4f} s): {a[k, j]:.6g} {unit} vs limit {lim[j]:.6g} {unit}")
+
+    bad = _first_violation(q < limits.q_min)
+    if bad:
+        fail("lower position", q, limits.q_min, *bad, "rad")
+    bad = _first_violation(q > limits.q_max)
+    if bad:
+        fail("upper position", q, limits.q_max, *bad, "rad")
+    bad = _first_violation(np.abs(qd) > limits.qd_max)
+    if bad:
+        fail("velocity", qd, limits.qd_max, *bad, "rad/s")
+    bad = _first_violation(np.abs(qdd) > limits.qdd_max)
+    if bad:
+        fail("acceleration", qdd, limits.qdd_max, *bad, "rad/s^2")
+    usage = {"qd": np.max(np.abs(qd), axis=0) / limits.qd_max,
+             "qdd": np.max(np.abs(qdd), axis=0) / limits.qdd_max}
+    if step_max is not None and q.shape[0] > 1:
+        step = np.abs(np.diff(q, axis=0))
+        sm = np.broadcast_to(np.asarray(step_max, float), (n,))
+        bad = _first_violation(step > sm)
+        if bad:
+            k, j = bad
+            raise ValueError(f"trajectory exceeds the per-cycle position step limit at joint "
+                             f"{joint_names[j]}, sample {k + 1} (t={t[k + 1]:.4f} s): step "
+                             f"{step[k, j]:.6g} rad vs limit {sm[j]:.6g} rad")
+        usage["step"] = np.max(step, axis=0) / sm
+    if tau is None and model is not None:
+        tau = np.asarray(model.inverse_dynamics(q, qd, qdd), float).reshape(q.shape)
+    if tau is not None:
+        bad = _first_violation(np.abs(tau) > limits.tau_max)
+        if bad:
+            fail("torque (rigid-body inverse dynamics)", tau, limits.tau_max, *bad, "N*m")
+        usage["tau"] = np.max(np.abs(tau), axis=0) / limits.tau_max
+    return usage
+
+
+def limit_step(prev: np.ndarray, desired: np.ndarray, step_max: np.ndarray) -> np.ndarray:
+    """Per-cycle position-step limiter: move from `prev` towards `desired` by at most `step_max`."""
+    return prev + np.clip(desired - prev, -step_max, step_max)
+
+
+# -- run-time faults ------------------------------------------------------------------------------
+class Fault(str, Enum):
+    DRIVE_FAULT = "drive_fault"
+    WKC_DROP = "wkc_drop"
+    LOST_FRAMES = "lost_frames"
+    SLAVE_LOST = "slave_lost"
+    LIMIT_BREACH = "limit_breach"
+    FOLLOWING_ERROR = "following_error"
+    STALLED_LOOP = "stalled_loop"
+    ENABLE_TIMEOUT = "enable_timeout"
+    ABORTED = "aborted"
+
+
+# What to do on each fault: "hold" (hold the last measured pose for hold_cycles, then disable in
+# order) or "disable" (disable in order at once).
+DEFAULT_POLICY = {
+    Fault.DRIVE_FAULT: "hold",        # the faulted drive has already dropped; the others hold
+    Fault.WKC_DROP: "hold",
+    Fault.LOST_FRAMES: "hold",
+    Fault.SLAVE_LOST: "hold",
+    Fault.LIMIT_BREACH: "hold",
+    Fault.FOLLOWING_ERROR: "disable",  # the arm cannot follow (collision?): stop pushing at once
+    Fault.STALLED_LOOP: "hold",
+    Fault.ENABLE_TIMEOUT: "disable",
+    Fault.ABORTED: "hold",
+}
+
+
+@dataclass
+class FaultEvent:
+    fault: Fault
+    cycle: int
+    message: str
+
+
+class FaultMonitor:
+    """Per-cycle fault detection. Call :meth:`update` once per cycle; returns a FaultEvent (the
+    first fault; later calls keep returning None) or None.
+
+    Args:
+        joint_names: model joint order (for messages); arrays passed to update are in this order.
+        limits: position/velocity limits checked on the measured state (a breach is a fault).
+        following_error_max: (n,) or scalar [rad].
+        wkc_error_budget: consecutive cycles with 0 < wkc < expected tolerated.
+        lost_frame_budget, lost_frame_window: lost frames (wkc <= 0) tolerated per window [cycles].
+        stall_cycles: a cycle starting more than this many periods late is a stall.
+    """
+
+    def __init__(self, joint_names, limits: Limits | None, following_error_max,
+                 wkc_error_budget: int, lost_frame_budget: int, lost_frame_window: int,
+                 stall_cycles: int):
+        self.joint_names = list(joint_names)
+        self.limits = limits
+        self.fe_max = np.broadcast_to(np.asarray(following_error_max, float), (len(joint_names),))
+        self.wkc_budget = int(wkc_error_budget)
+        self.lost_budget = int(lost_frame_budget)
+        self.window = int(lost_frame_window)
+        self.stall_cycles = int(stall_cycles)
+        self._wkc_run = 0
+        self._lost_cycles: list[int] = []
+        self.lost_total = 0
+        self.wkc_total = 0
+        self.fired: FaultEvent | None = None
+
+    def _fire(self, fault, cycle, msg):
+        self.fired = FaultEvent(fault, cycle, msg)
+        return self.fired
+
+    def update(self, cycle: int, wkc: int, expected_wkc: int, statusword=None, error_code=None,
+               q=None, qd=None, q_cmd=None, late_periods: float = 0.0, lost_slaves=(),
+               check_following: bool = True) -> FaultEvent | None:
+        """One cycle's observations (arrays (n,) in joint order; q/qd [rad, rad/s]; q_cmd the
+        command the drives are following [rad]). Data from a cycle whose frame was lost or whose
+        working counter is short are not trusted for the state checks."""
+        if self.fired is not None:
+            return None
+        if late_periods > self.stall_cycles:
+            return self._fire(Fault.STALLED_LOOP, cycle,
+                              f"cycle {cycle} started {late_periods:.1f} periods late "
+                              f"(stall limit {self.stall_cycles})")
+        if lost_slaves:
+            return self._fire(Fault.SLAVE_LOST, cycle, f"cycle {cycle}: slave(s) lost: "
+                              + ", ".join(str(s) for s in lost_slaves))
+        if wkc <= 0:   # no frame back
+            self.lost_total += 1
+            self._lost_cycles.append(cycle)
+            while self._lost_cycles and self._lost_cycles[0] <= cycle - self.window:
+                self._lost_cycles.pop(0)
+            if len(self._lost_cycles) > self.lost_budget:
+                return self._fire(Fault.LOST_FRAMES, cycle,
+                                  f"cycle {cycle}: {len(self._lost_cycles)} lost frames within "
+                                  f"{self.window} cycles (budget {self.lost_budget})")
+            return None
+        if wkc != expected_wkc:
+            self.wkc_total += 1
+            self._wkc_run += 1
+            if self._wkc_run > self.wkc_budget:
+                return self._fire(Fault.WKC_DROP, cycle,
+                                  f"cycle {cycle}: working counter {wkc} != expected {expected_wkc} "
+                                  f"for {self._wkc_run} consecutive cycles (budget {self.wkc_budget})")
+            return None
+        self._wkc_run = 0
+        if statusword is not None:
+            f = cia402.is_fault(statusword)
+            if f.any():
+                j = int(np.argmax(f))
+                ec = f", error code {int(np.asarray(error_code)[j]):#06x}" if error_code is not None else ""
+                names = [self.joint_names[k] for k in np.flatnonzero(f)]
+                return self._fire(Fault.DRIVE_FAULT, cycle,
+                                  f"cycle {cycle}: drive fault on {', '.join(names)} (statusword "
+                                  f"{int(np.asarray(statusword)[j]):#06x}{ec})")
+        if q is not None and self.limits is not None:
+            lim = self.limits
+            bad = (q < lim.q_min) | (q > lim.q_max)
+            if qd is not None:
+                bad |= np.abs(qd) > lim.qd_max
+            if bad.any():
+                j = int(np.argmax(bad))
+                v = f", qd={qd[j]:.4f} rad/s (max {lim.qd_max[j]:.4f})" if qd is not None else ""
+                return self._fire(Fault.LIMIT_BREACH, cycle,
+                                  f"cycle {cycle}: joint {self.joint_names[j]} outside its limits: "
+                                  f"q={q[j]:.4f} rad in [{lim.q_min[j]:.4f}, {lim.q_max[j]:.4f}]{v}")
+        if check_following and q is not None and q_cmd is not None:
+            e = np.abs(np.asarray(q_cmd) - q)
+            bad = e > self.fe_max
+            if bad.any():
+                j = int(np.argmax(bad))
+                return self._fire(Fault.FOLLOWING_ERROR, cycle,
+                                  f"cycle {cycle}: following error {e[j]:.4f} rad at joint "
+                                  f"{self.joint_names[j]} (limit {self.fe_max[j]:.4f} rad)")
+        return None
+
+
+class StopSequence:
+    """The defined safe stop, one :meth:`step` per cycle.
+
+    Phase 1 (policy "hold"): ``hold_cycles`` cycles with enabled drives commanded to `hold_q`
+    (the last measured pose). Phase 2: disable voltage (0x00) to one more drive per cycle, in
+    `order` (default: distal joint first, base last), the others keep holding. Phase 3: at most
+    ``confirm_cycles`` cycles waiting for every statusword to report a powerless state.
+    ``done`` after at most :attr:`max_cycles` steps, whatever the drives report.
+    """
+
+    def __init__(self, n: int, hold_q: np.ndarray, hold_cycles: int, confirm_cycles: int,
+                 policy: str = "hold", order: list[int] | None = None):
+        if policy not in ("hold", "disable"):
+            raise ValueError(f"stop policy must be 'hold' or 'disable', got {policy!r}")
+        self.n = n
+        self.hold_q = np.array(hold_q, float)
+        self.hold_cycles = int(hold_cycles) if policy == "hold" else 0
+        self.confirm_cycles = int(confirm_cycles)
+        self.order = list(order) if order is not None else list(range(n - 1, -1, -1))
+        self.k = 0
+        self.done = False
+        self.confirmed = False
+
+    @property
+    def max_cycles(self) -> int:
+        return self.hold_cycles + self.n + self.confirm_cycles
+
+    def step(self, statusword=None) -> tuple[np.ndarray, np.ndarray]:
+        """Next (controlword (n,) int, target q (n,) rad) in joint order; sets `done`."""
+        cw = np.full(self.n, cia402.CW_ENABLE_OPERATION, dtype=np.int64)
+        m = self.k - self.hold_cycles + 1   # drives disabled so far (incl. this cycle)
+        if m > 0:
+            cw[self.order[:min(m, self.n)]] = cia402.CW_DISABLE_VOLTAGE
+        if statusword is not None and m >= self.n:
+            if np.all(cia402.is_disabled(statusword)):
+                self.confirmed = True
+                self.done = True
+        self.k += 1
+        if self.k >= self.max_cycles:
+            self.done = True
+        return cw, self.hold_q.copy()

@@ -1,0 +1,111 @@
+"""Test double of the EtherCAT bus for unit tests of robot.loop / robot.backend without root or a
+network: N CiA 402 drives (state machine per IEC 61800-7-201) whose link position follows the CSP
+target as a first-order lag, advanced one 1 ms step per exchange, with scripted faults.
+Not used outside tests."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from robot.pdo import PdoLayout
+from robot.units import make_units
+
+SW = {"disabled": 0x0250, "ready": 0x0231, "on": 0x0233, "enabled": 0x0637, "fault": 0x0218}
+
+
+class FakeBus:
+    """faults: list of dicts {"kind": drive_fault|drop_frames|stop_answering|stall|freeze,
+    "at": enabled-cycle index, "slave": 0-based, "count": frames, "seconds": stall}."""
+
+    def __init__(self, cfg, iface, *, complete_access=False, receive_timeout_us=None,
+                 faults=(), q0=None, lag_s=0.004, echo_torque=False):
+        self.cfg, self.layout = cfg, PdoLayout.from_config(cfg)
+        self.n = cfg.n_drives
+        self.units = make_units(cfg)
+        self.expected_wkc = 3 * self.n
+        self.faults = list(faults)
+        self.echo_torque = echo_torque   # torque_actual := the torque_offset received this cycle
+        self.alpha = 1 - np.exp(-cfg.bus.cycle_time_s / lag_s)
+        q0 = np.zeros(self.n) if q0 is None else np.asarray(q0, float)
+        self.pos = q0 / self.units.rad_per_count          # counts, bus order == joint order here
+        self.state = ["disabled"] * self.n
+        self.prev_cw = np.zeros(self.n, int)
+        self.err = np.zeros(self.n, int)
+        self.k_enabled = -1
+        self.drop = 0
+        self.silent = set()
+        self.frozen = set()
+        self.inp = self.layout.decode(self.layout.encode_inputs(np.zeros(self.n, self.layout.tx)))
+
+    def open(self):
+        pass
+
+    def close(self):
+        pass
+
+    def slave_names(self):
+        return [f"fake{k}" for k in range(self.n)]
+
+    def al_report(self):
+        return "fake bus"
+
+    def lost_slaves(self):
+        return [f"slave {k + 1} ({self.cfg.drives[k].joint})" for k in sorted(self.silent)]
+
+    def _fsa(self, k, cw):
+        st, prev = self.state[k], self.prev_cw[k]
+        if st == "fault":
+            return "disabled" if (cw & 0x80) and not (prev & 0x80) else st
+        if (cw & 0x02) == 0:
+            return "disabled"
+        if st == "disabled" and (cw & 0x87) == 0x06:
+            return "ready"
+        if st == "ready" and (cw & 0x8F) == 0x07:
+            return "on"
+        if st in ("on", "ready") and (cw & 0x8F) == 0x0F:
+            return "enabled"
+        if st == "enabled" and (cw & 0x8F) == 0x07:
+            return "on"
+        return st
+
+    def exchange(self, out):
+        cw = out["controlword"].astype(int)
+        tgt = out["target_position"].astype(float)
+        if any(s == "enabled" for s in self.state) and self.k_enabled < 0:
+            self.k_enabled = 0
+        if self.k_enabled >= 0:
+            for f in self.faults:
+                if f["at"] == self.k_enabled:
+                    if f["kind"] == "drive_fault":
+                        self.state[f["slave"]] = "fault"
+                        self.err[f["slave"]] = 0x7500
+                    elif f["kind"] == "drop_frames":
+                        self.drop = f["count"]
+                    elif f["kind"] == "stop_answering":
+                        self.silent.add(f["slave"])
+                    elif f["kind"] == "stall":
+                        time.sleep(f["seconds"])
+                    elif f["kind"] == "freeze":
+                        self.frozen.add(f["slave"])
+            self.k_enabled += 1
+        if self.drop > 0:
+            self.drop -= 1
+            return -1, self.inp.copy()
+        new = self.inp.copy()
+        for k in range(self.n):
+            if k in self.silent:
+                continue
+            self.state[k] = self._fsa(k, cw[k])
+            self.prev_cw[k] = cw[k]
+            if self.state[k] == "enabled" and k not in self.frozen:
+                self.pos[k] += self.alpha * (tgt[k] - self.pos[k])
+            new[k]["statusword"] = SW[self.state[k]]
+            new[k]["position_actual"] = int(round(self.pos[k]))
+            new[k]["error_code"] = self.err[k]
+            new[k]["torque_actual"] = out[k]["torque_offset"] if self.echo_torque else 10 * (k + 1)
+            new[k]["current_actual"] = -5 * (k + 1)
+            new[k]["joint_torque"] = 1000 * (k + 1)
+        self.inp = new
+        wkc = self.expected_wkc - 3 * len(self.silent)
+        return wkc, new.copy()

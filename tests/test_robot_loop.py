@@ -1,0 +1,178 @@
+"""The cyclic loop process and the hardware backend against a scripted test double of the bus
+(tests/robot_fakes.py): completed run, refusal without arming, and the fault policy -- every
+injected fault ends in the defined stop within its cycle bound with every sample recorded."""
+import numpy as np
+import pytest
+
+from robot.backend import HardwareBackend, RunStopped
+from robot.safety import SafetyError
+
+DT = 1e-3
+
+
+class SineTraj:
+    def __init__(self, a, w, duration, n=6):
+        self.a, self.w, self.duration, self.n = np.asarray(a, float), w, duration, n
+
+    @property
+    def n_joints(self):
+        return self.n
+
+    def evaluate(self, t):
+        t = np.asarray(t, float)[:, None]
+        s = np.sin(self.w * t)
+        return self.a * s, self.a * self.w * np.cos(self.w * t), -self.a * self.w**2 * s
+
+
+TRAJ = SineTraj(np.array([0.2, 0.1, -0.1, 0.2, 0.2, 0.3]), 2 * np.pi / 1.5, 1.5)
+
+
+def loose_config(tmp_path):
+    """The drive configuration with stall_cycles 200: a shared CI machine pauses processes for
+    tens of ms, which must not pass for the faults under test (the stall test pauses longer)."""
+    import yaml
+    from robot.config import DEFAULT_CONFIG
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    raw["safety"]["stall_cycles"] = 200
+    path = tmp_path / "ethercat.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def backend(tmp_path, faults=(), bus_kwargs=None, **settings):
+    s = {"iface": "fake0", "armed": True, "record_dir": str(tmp_path / "rec"), "dwell_s": 0.1,
+         "config": loose_config(tmp_path)}
+    s.update(settings)
+    return HardwareBackend({}, s, bus_factory="robot_fakes:FakeBus",
+                           bus_kwargs={"faults": list(faults), **(bus_kwargs or {})})
+
+
+def test_refuses_without_arming_and_bad_trajectory(tmp_path):
+    be = backend(tmp_path, armed=False)
+    with pytest.raises(SafetyError, match="not armed") as e:
+        be.run(TRAJ)
+    assert isinstance(e.value, ValueError)      # the pipeline maps refusals (ValueError) to exit 4
+    assert not (tmp_path / "rec").exists()          # nothing started, nothing recorded
+    fast = SineTraj(np.array([0.2, 0.1, -0.1, 0.2, 2.0, 0.3]), 2 * np.pi / 1.5, 1.5)
+    with pytest.raises(ValueError, match="velocity limit at joint joint5, sample 0 "):
+        backend(tmp_path).run(fast)
+
+
+def test_completed_run_records_trajectory(tmp_path):
+    be = backend(tmp_path)
+    rec = be.run(TRAJ, periods=1)
+    assert rec.rate_hz == 100.0 and rec.n_samples == 150 and rec.joint_names == [f"joint{k}" for k in range(1, 7)]
+    np.testing.assert_allclose(rec.t, np.arange(150) * 0.01, atol=1e-12)
+    q_ref, qd_ref, _ = TRAJ.evaluate(rec.t)
+    np.testing.assert_allclose(rec.q_cmd, q_ref, atol=1e-9)
+    # first-order lag of 4 ms: q lags q_cmd by about qd * 4 ms (+ one cycle)
+    assert np.max(np.abs(rec.q - rec.q_cmd)) < 0.006
+    np.testing.assert_allclose(rec.tau_j, np.tile(np.arange(1, 7) * 1.0, (150, 1)))
+    rated = np.array([70, 70, 40, 20, 20, 20.0])
+    np.testing.assert_allclose(rec.tau_m, np.tile(np.arange(1, 7) * 10 * rated / 1000, (150, 1)))
+    assert np.all(rec.status == 0x0637)
+    s = be.last_summary
+    assert s["fault"] is None and s["stop_confirmed"] and s["stop_cycles"] <= s["stop_bound"]
+    stream = be.last_stream
+    assert stream.n_samples == s["rows"]
+    assert np.all(stream.status[-1] == 0x0250)      # every drive disabled at the end
+    assert (tmp_path / "rec" / "stream.npz").exists() and len(list((tmp_path / "rec").glob("chunk_*.npz"))) >= 1
+
+
+def disable_order(status):
+    """Cycle at which each joint first reports 'switch on disabled' after being enabled."""
+    en = np.argmax(status == 0x0637, axis=0)
+    return [int(en[j] + np.argmax(status[en[j]:, j] == 0x0250)) for j in range(status.shape[1])]
+
+
+@pytest.mark.parametrize("fault, expect, policy_hold", [
+    ({"kind": "drive_fault", "slave": 2, "at": 300}, "drive_fault", True),
+    ({"kind": "drop_frames", "count": 10, "at": 300}, "lost_frames", True),
+    ({"kind": "stop_answering", "slave": 3, "at": 300}, "slave_lost", True),
+    ({"kind": "stall", "seconds": 0.3, "at": 300}, "stalled_loop", True),
+    ({"kind": "freeze", "slave": 1, "at": 300}, "following_error", False),
+])
+def test_fault_ends_in_safe_stop_with_recording(tmp_path, fault, expect, policy_hold):
+    be = backend(tmp_path, faults=[fault])
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    err = e.value
+    assert err.fault == expect, err.summary
+    s = err.summary
+    assert s["stop_cycles"] <= s["stop_bound"]
+    rec = err.recording
+    assert rec is not None and rec.n_samples == s["rows"] and err.path.exists()
+    np.testing.assert_allclose(np.diff(rec.t), DT)           # no sample missing
+    fc = s["fault_cycle"]
+    assert rec.n_samples - fc <= s["stop_bound"] + 1         # stopped within the bound
+    # the powered drives that still answer are disabled, distal first, one per cycle
+    alive = [j for j in range(6) if not (expect == "slave_lost" and j == 3)
+             and not (expect == "drive_fault" and j == 2)]
+    order = disable_order(rec.status)
+    seq = [order[j] for j in alive]
+    assert seq == sorted(seq, reverse=True)
+    hold = 50 if policy_hold else 0
+    assert min(seq) - fc >= hold
+    # after the fault the command goes to the last valid measured pose, never faster than the
+    # per-cycle step limit, and stays there
+    step = np.max(np.abs(np.diff(rec.q_cmd[fc:], axis=0)))
+    assert step <= 0.005 + 1e-9
+    if policy_hold and expect != "lost_frames":
+        np.testing.assert_allclose(rec.q_cmd[-1], rec.q[fc], atol=1e-6)
+    elif not policy_hold:   # disabled at once: the command moved at most one step per cycle
+        assert rec.n_samples - fc <= 6 + 20 + 1
+
+
+def test_abort_request_ends_in_safe_stop(tmp_path):
+    """SIGINT to the loop process is ignored (Ctrl-C reaches the whole process group); the
+    parent's abort request (what Ctrl-C becomes) stops the run in the defined order."""
+    import os
+    import signal
+    import threading
+    import time
+
+    be = backend(tmp_path)
+    assert be.status() is None and not be.abort()
+
+    def interrupt():
+        t_end = time.monotonic() + 30
+        while time.monotonic() < t_end:
+            st = be.status()
+            if st and st["phase"] == "run" and st["rows"] - st["run_row0"] > 300:
+                os.kill(st["pid"], signal.SIGINT)
+                time.sleep(0.05)
+                assert be.abort()
+                return
+            time.sleep(0.005)
+    th = threading.Thread(target=interrupt)
+    th.start()
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    th.join()
+    assert e.value.fault == "aborted" and e.value.summary["stop_confirmed"]
+    assert np.all(e.value.recording.status[-1] == 0x0250)
+    assert be.status() is None
+
+
+def test_offline_dry_run_checks_without_bus(tmp_path):
+    be = HardwareBackend({}, {"dry_run": True, "record_rate_hz": 100})
+    rec = be.run(TRAJ, periods=2)
+    assert rec.meta["dry_run"] and rec.n_samples == 300
+    np.testing.assert_allclose(rec.q_cmd, np.tile(TRAJ.evaluate(np.arange(150) * 0.01)[0], (2, 1)), atol=1e-12)
+    assert np.all(rec.q == rec.q[0])                 # nothing moved
+    with pytest.raises(ValueError, match="iface"):
+        HardwareBackend({}, {"armed": True}).run(TRAJ)
+
+
+def test_torque_feedforward_sent_per_mille(tmp_path):
+    """torque_feedforward: the drives receive the rigid-body inverse dynamics of the reference for
+    the next sync (RobotModel, independent of robot/), per mille of the rated torque (the fake
+    drive echoes it as torque_actual)."""
+    from identify import RobotModel
+    be = backend(tmp_path, bus_kwargs={"echo_torque": True}, torque_feedforward=True)
+    rec = be.run(TRAJ)
+    m = RobotModel.reference()
+    tau = m.inverse_dynamics(*TRAJ.evaluate(rec.t + 1e-3))
+    rated = np.array([70, 70, 40, 20, 20, 20.0])
+    assert np.all(np.max(np.abs(rec.tau_m - tau), axis=0) <= rated / 2000 + 1e-9)
+    assert np.max(np.abs(tau)) > 10                       # not trivially zero

@@ -1,0 +1,238 @@
+"""Scenario loading: strict validation with one-line `file:line: key.path: message` errors.
+
+Table-driven: every malformed scenario marks its offending line with ``# <-``; the test checks
+that `twinid run` exits with code 2, prints exactly one line naming the file, that line and the
+key path, and never a traceback -- before anything runs.
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from identify.cli import main
+from identify.scenario import ScenarioError, load_scenario, schema_table, scenario_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+URDF = ROOT / "assets" / "cobot6.urdf"
+DRIVES = ROOT / "assets" / "cobot6_drives.yaml"
+
+VALID = f"""\
+name: t
+arm:
+  urdf: {URDF}
+  drives: {DRIVES}
+backend: twin
+trajectories:
+  excitation: {{harmonics: 3, period_s: 4.0}}
+  validation: {{harmonics: 2, period_s: 4.0, seed: 1}}
+twin:
+  sample_rate_hz: 100
+processing:
+  smooth_passes: 20
+identification:
+  joint_model: both
+"""
+
+
+def _replace(old: str, new: str) -> str:
+    assert old in VALID, old
+    return VALID.replace(old, new)
+
+
+# (id, scenario text with the offending line marked "# <-", expected key path, message fragment)
+CASES = [
+    ("unknown top-level key", VALID + "colour: red  # <-\n", "colour", "unknown key"),
+    ("unknown nested key, suggestion",
+     _replace("excitation: {harmonics: 3, period_s: 4.0}",
+              "excitation: {harmnics: 3, period_s: 4.0}  # <-"),
+     "trajectories.excitation.harmnics", "did you mean 'harmonics'"),
+    ("wrong type string for int",
+     _replace("excitation: {harmonics: 3,", "excitation: {harmonics: five,") .replace(
+         "period_s: 4.0}\n  validation", "period_s: 4.0}  # <-\n  validation"),
+     "trajectories.excitation.harmonics", "must be an integer"),
+    ("int out of range",
+     _replace("excitation: {harmonics: 3, period_s: 4.0}",
+              "excitation: {harmonics: 0, period_s: 4.0}  # <-"),
+     "trajectories.excitation.harmonics", ">= 1"),
+    ("negative period",
+     _replace("excitation: {harmonics: 3, period_s: 4.0}",
+              "excitation: {harmonics: 3, period_s: -4.0}  # <-"),
+     "trajectories.excitation.period_s", "> 0"),
+    ("bool where a number is expected",
+     _replace("excitation: {harmonics: 3, period_s: 4.0}",
+              "excitation: {harmonics: 3, period_s: true}  # <-"),
+     "trajectories.excitation.period_s", "must be a number"),
+    ("limit scale above 1",
+     _replace("excitation: {harmonics: 3, period_s: 4.0}",
+              "excitation: {harmonics: 3, period_s: 4.0, limit_scale: 1.5}  # <-"),
+     "trajectories.excitation.limit_scale", "<= 1.0"),
+    ("unknown backend", _replace("backend: twin", "backend: simulator  # <-"), "backend",
+     "must be one of twin, hardware"),
+    ("missing file", _replace(f"urdf: {URDF}", "urdf: no/such/arm.urdf  # <-"), "arm.urdf",
+     "file not found"),
+    ("missing required key", _replace(f"arm:\n  urdf: {URDF}\n", "arm:  # <-\n"), "arm",
+     "missing required key 'urdf'"),
+    ("duplicate key", _replace("backend: twin\n", "backend: twin\nbackend: twin  # <-\n"),
+     "backend", "duplicate key"),
+    ("YAML syntax error",
+     _replace("backend: twin", "backend: twin: hardware  # <-"),
+     "", "YAML syntax error"),
+    ("twin: unknown setting", _replace("  sample_rate_hz: 100", "  sampel_rate_hz: 100  # <-"),
+     "twin.sampel_rate_hz", "did you mean 'sample_rate_hz'"),
+    ("twin: out-of-range setting (twin's own validator)",
+     _replace("  sample_rate_hz: 100", "  sample_rate_hz: 333  # <-"),
+     "twin.sample_rate_hz", "1000"),
+    ("twin: wrong type", _replace("  sample_rate_hz: 100", "  sample_rate_hz: 100\n  seed: abc  # <-"),
+     "twin.seed", "must be a number"),
+    ("twin: per-joint list of strings",
+     _replace("  sample_rate_hz: 100", "  sample_rate_hz: 100\n  torque_noise_Nm: [a, b]  # <-"),
+     "twin.torque_noise_Nm", "list of numbers"),
+    ("processing: unknown key", _replace("  smooth_passes: 20", "  smoothing: 20  # <-"),
+     "processing.smoothing", "unknown key"),
+    ("processing: bad value (ProcessingSettings' own check)",
+     _replace("  smooth_passes: 20", "  smooth_passes: 20\n  velocity: gyro  # <-"),
+     "processing.velocity", "velocity"),
+    ("unknown estimator",
+     _replace("  joint_model: both", "  joint_model: both\n  estimator: lasso  # <-"),
+     "identification.estimator", "one of ols, wls, ridge"),
+    ("unknown friction term in a list",
+     _replace("  joint_model: both", "  joint_model: both\n  friction_terms:\n    - viscous\n"
+                                    "    - sticky  # <-"),
+     "identification.friction_terms[1]", "one of viscous"),
+    ("start pose with the wrong number of joints",
+     _replace("excitation: {harmonics: 3, period_s: 4.0}",
+              "excitation: {harmonics: 3, period_s: 4.0, start_deg: [0, -90]}  # <-"),
+     "trajectories.excitation.start_deg", "one angle per joint (6)"),
+    ("source file without a file",
+     _replace("excitation: {harmonics: 3, period_s: 4.0}",
+              "excitation: {harmonics: 3, period_s: 4.0, source: file}  # <-"),
+     "trajectories.excitation.source", "needs the key 'file'"),
+    ("validation identical to excitation",
+     _replace("validation: {harmonics: 2, period_s: 4.0, seed: 1}",
+              "validation: {harmonics: 3, period_s: 4.0, seed: 0}  # <-"),
+     "trajectories.validation.seed", "identical"),
+    ("negative noise level", VALID + "sweep:\n  noise:\n    position:\n      - -1.0e-3  # <-\n",
+     "sweep.noise.position[0]", ">= 0"),
+    ("unknown noise channel", VALID + "sweep:\n  noise:\n    temperature: [1.0]  # <-\n",
+     "sweep.noise.temperature", "unknown noise channel"),
+    ("together with unequal level counts",
+     VALID + "sweep:\n  noise: {position: [0, 1.0e-4], torque: [0, 0.1, 0.2]}\n"
+             "  combine: [together]  # <-\n",
+     "sweep.combine", "same number of levels"),
+    ("zero Monte Carlo seeds", VALID + "sweep:\n  seeds: 0  # <-\n", "sweep.seeds", ">= 1"),
+    ("log without any torque channel",
+     VALID + f"fit:\n  excitation:\n    file: {DRIVES}\n    format: csv\n"
+             "    columns:  # <-\n      time: 0\n      q: [1, 2, 3, 4, 5, 6]\n",
+     "fit.excitation.columns", "at least one torque channel"),
+    ("named CSV columns without a header",
+     VALID + f"fit:\n  excitation:\n    file: {DRIVES}\n    columns:\n      time: t\n"
+             "      q: [q1, q2, q3, q4, q5, q6]  # <-\n      tau_j: [1, 2, 3, 4, 5, 6]\n",
+     "fit.excitation.columns.q", "header: true"),
+    ("payload with zero mass",
+     _replace(f"  drives: {DRIVES}\n", f"  drives: {DRIVES}\n  payload:\n    mass_kg: 0  # <-\n"),
+     "arm.payload.mass_kg", "> 0.0"),
+    ("hardware backend without interface",
+     _replace("backend: twin", "backend: hardware").replace(
+         "twin:\n  sample_rate_hz: 100\n", "") + "hardware:  # <-\n  armed: false\n",
+     "hardware.iface", "network interface"),
+    ("section of the wrong type", _replace("identification:\n  joint_model: both\n",
+                                           "identification: [both]  # <-\n"),
+     "identification", "must be a mapping"),
+]
+
+
+@pytest.mark.parametrize("text,path,fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_scenario_one_line_error(tmp_path, capsys, text, path, fragment):
+    f = tmp_path / "bad.yaml"
+    f.write_text(textwrap.dedent(text))
+    marked = [i + 1 for i, line in enumerate(text.splitlines()) if "# <-" in line]
+    assert len(marked) == 1, "each case marks exactly one line"
+    line = marked[0]
+    code = main(["--quiet", "run", str(f), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    prefix = f"{f}:{line}: " + (f"{path}: " if path else "")
+    assert lines[0].startswith(prefix), (lines[0], prefix)
+    assert fragment in lines[0]
+    assert not (tmp_path / "out").exists(), "nothing may run before validation passes"
+
+
+def test_case_count():
+    assert len(CASES) >= 20
+
+
+@pytest.mark.parametrize("text,where", [("", "empty"), ("- a\n- b\n", "a list")])
+def test_empty_or_non_mapping(tmp_path, text, where):
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    with pytest.raises(ScenarioError) as ei:
+        load_scenario(f)
+    assert str(ei.value).startswith(f"{f}:1:")
+    assert where in str(ei.value)
+
+
+def test_missing_scenario_file_exit_code(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.yaml")]) == 2
+    assert "scenario file not found" in capsys.readouterr().err
+
+
+def test_defaults_and_relative_paths(tmp_path):
+    (tmp_path / "sub").mkdir()
+    f = tmp_path / "sub" / "s.yaml"
+    f.write_text(f"arm:\n  urdf: {Path(URDF).as_posix()}\n")
+    s = load_scenario(f)
+    assert s.backend == "twin"
+    assert s.trajectories.excitation.harmonics == 5 and s.trajectories.excitation.seed == 0
+    # nested defaults: the validation trajectory differs from the excitation by default
+    assert s.trajectories.validation.seed == 1 and s.trajectories.validation.harmonics == 3
+    # a partial section keeps the section's own defaults for the keys it leaves out
+    s2 = scenario_from_dict({"arm": {"urdf": str(URDF)}, "trajectories": {"validation": {"period_s": 4}}})
+    assert s2.trajectories.validation.seed == 1 and s2.trajectories.validation.period_s == 4.0
+    # paths relative to the scenario file
+    (tmp_path / "arm.urdf").write_text(Path(URDF).read_text())
+    f.write_text("arm:\n  urdf: ../arm.urdf\n")
+    assert load_scenario(f).arm.urdf == (tmp_path / "arm.urdf")
+
+
+def test_resolved_round_trip(tmp_path):
+    s = load_scenario(ROOT / "scenarios" / "paper_replication.yaml")
+    d = s.resolved()
+    f = tmp_path / "resolved.yaml"
+    f.write_text(yaml.safe_dump(d, sort_keys=False))
+    s2 = load_scenario(f)
+    assert s2 == s
+    assert Path(d["arm"]["urdf"]).is_absolute()
+
+
+@pytest.mark.parametrize("name", ["quickstart", "paper_replication", "noise_sweep", "hardware"])
+def test_shipped_scenarios_load(name):
+    s = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
+    assert s.name == name
+    if name == "paper_replication":
+        ex = s.trajectories.excitation
+        assert (ex.harmonics, ex.period_s) == (5, 20.0)
+        assert s.backend_settings()["sample_rate_hz"] == 100
+        assert s.processing["smooth_passes"] == 20 and s.identification.joint_model == "both"
+    if name == "hardware":
+        assert s.backend == "hardware" and s.hardware.armed is False
+        # the same experiment as paper_replication, only the backend differs
+        p = load_scenario(ROOT / "scenarios" / "paper_replication.yaml")
+        assert s.trajectories == p.trajectories
+
+
+def test_schema_table_lists_every_section():
+    t = schema_table()
+    for key in ("arm.urdf", "trajectories.excitation.harmonics", "sweep.noise", "fit.excitation.columns.time",
+                "identification.joint_model", "outputs.dir"):
+        assert f"`{key}`" in t
+
+
+def test_docs_key_table_is_current():
+    """docs/cli.md lists every scenario key with its default (regenerate with schema_table())."""
+    assert schema_table() in (ROOT / "docs" / "cli.md").read_text()

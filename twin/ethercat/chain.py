@@ -1,0 +1,390 @@
+"""N emulated drives in a line, answering EtherCAT frames in place, stepping the motion once per
+process-data frame (a frame with an LRW or LWR datagram; LRD-only frames do not step). No sockets here: :meth:`SlaveChain.process` takes a wire frame and returns
+the answer (or None when the frame is lost), so everything is testable in-process.
+
+Addressing as on a real line: auto-increment (every slave increments ADP; the one that sees 0
+answers), configured station address, broadcast (every slave; BRD ORs the data), logical
+(through each slave's FMMUs). Working counter: +1 per successful read, +1 per write, read-write
++1 for the read and +2 for the write.
+
+Slave numbers in this module (and in fault injection) are 0-based bus positions, i.e. the index
+into pysoem's ``master.slaves`` and the drive's index in the configuration file.
+"""
+from __future__ import annotations
+
+import math
+import struct
+import time
+
+import numpy as np
+
+from . import frames as F
+from .coe import drive_dictionary
+from .config import SlaveConfig
+from .drive import ERR_INJECTED_DEFAULT, Cia402Drive, STATE_NAMES as DRIVE_STATES
+from .esc import ALSC_SM_WATCHDOG, OP, SAFEOP, STATE_NAMES as AL_NAMES, Esc
+from .motion import Motion
+from .sii import SyncManagerLayout, build_sii
+
+FAULT_KINDS = ("drive_fault", "drop_frames", "corrupt_frames", "stop_answering", "resume_answering",
+               "sdo_abort", "wrong_identity", "clear")
+
+
+class SlaveChain:
+    """The emulated slaves plus the motion source they share.
+
+    Args:
+        cfg: the drive configuration (identity, PDO layout, per-drive scaling).
+        motion: a :class:`~twin.ethercat.motion.Motion` over the arm's joints.
+        n_slaves: number of drives on the line (None -> one per configured drive).
+        q0: initial joint positions [rad], (motion.n,) (None -> zeros).
+        watchdog_s: initial process-data (SyncManager) watchdog time, registers 0x0400/0x0420 (the
+            master may reprogram them): an ESC in OP that gets no outputs for this long drops to
+            SAFEOP with AL status code 0x001B (an enabled drive faults). None disables it.
+        following_window_rad: CiA 402 following error window (0x6065) [rad].
+        record_truth: keep every stepped state for :meth:`truth`.
+    """
+
+    def __init__(self, cfg: SlaveConfig, motion: Motion, n_slaves: int | None = None, q0=None,
+                 watchdog_s: float | None = 0.5, following_window_rad: float = 0.2,
+                 record_truth: bool = True):
+        n = len(cfg.drives) if n_slaves is None else int(n_slaves)
+        if not 1 <= n <= len(cfg.drives):
+            raise ValueError(f"n_slaves={n_slaves}: {cfg.source} configures {len(cfg.drives)} drives")
+        self.cfg = cfg
+        self.motion = motion
+        self.layout = SyncManagerLayout()
+        self.watchdog_s = watchdog_s
+        self.record_truth = record_truth
+        self.joint_index = []
+        for k in range(n):
+            j = cfg.drives[k].joint
+            if j not in motion.joint_names:
+                raise ValueError(f"{cfg.source}: drives[{k}].joint={j!r} is not a joint of the arm "
+                                 f"({motion.joint_names})")
+            self.joint_index.append(motion.joint_names.index(j))
+        self.slaves: list[Esc] = []
+        for k in range(n):
+            d = cfg.drives[k]
+            ident = dict(vendor_id=cfg.vendor_id, product_code=cfg.product_code, revision=cfg.revision,
+                         serial=k + 1, name="twinid CiA402 servo")
+            pdo = dict(rx_pdo=cfg.rx_pdo, rx_entries=cfg.rx_entries, tx_pdo=cfg.tx_pdo, tx_entries=cfg.tx_entries)
+            od = drive_dictionary(**ident, **pdo, rated_torque_mNm=int(round(d.rated_torque_Nm * 1000)),
+                                  rated_current_mA=int(round(d.rated_current_A * 1000)),
+                                  counts_per_rev=d.encoder_counts_per_rev,
+                                  following_window_counts=int(following_window_rad / (2 * math.pi)
+                                                              * d.encoder_counts_per_rev))
+            drive = Cia402Drive(od, d)
+            esc = Esc(k, build_sii(**ident, **pdo, layout=self.layout), od, drive, is_last=(k == n - 1),
+                      layout=self.layout, downstream=n - 1 - k)
+            esc.set_watchdog(watchdog_s)
+            self.slaves.append(esc)
+        q0 = np.zeros(motion.n) if q0 is None else np.asarray(q0, float)
+        if q0.shape != (motion.n,):
+            raise ValueError(f"q0 has shape {q0.shape}, expected ({motion.n},) for joints {motion.joint_names}")
+        self.q_hold = q0.copy()
+        self._apply_state(motion.reset(q0))
+        for esc in self.slaves:
+            esc.drive.q_hold = esc.drive.q_actual
+        # fault injection state
+        self.drop_count = 0
+        self.corrupt_count = 0
+        # counters
+        self.frames = 0
+        self.cycles = 0
+        self.dropped = 0
+        self.corrupted = 0
+        self.send_errors = 0
+        self.last_send_error = ""
+        self.answer_ns = np.zeros(10000, np.int64)   # receive -> answer sent, last 10000 frames (server)
+        self.last_output_t = [0.0] * n
+        self._op_since = [None] * n
+        self._pd_pending = False
+        self._truth = _TruthBuffer(motion.n)
+
+    # ---- frame processing
+    def process(self, frame) -> bytearray | None:
+        """Answer one wire frame. Returns the frame to send back (same length) or None."""
+        self.frames += 1
+        if self.drop_count > 0:
+            self.drop_count -= 1
+            self.dropped += 1
+            return None
+        buf = bytearray(frame)
+        try:
+            dgrams = F.iter_datagrams(buf)
+        except F.FrameError:
+            return None
+        if self.corrupt_count > 0:             # the ESCs see a CRC error: nothing is processed
+            self.corrupt_count -= 1
+            self.corrupted += 1
+            for esc in self.slaves:
+                esc.count_rx_error()
+            for _h, d, n in dgrams:            # garbled payload, headers intact, working counter 0
+                buf[d:d + n] = bytes(x ^ 0x5A for x in buf[d:d + n])
+                buf[d + n] = buf[d + n + 1] = 0
+            return buf
+        pd = False
+        for h, d, n in dgrams:
+            cmd = buf[h]
+            if cmd in F.LOGICAL:
+                pd = pd or cmd != F.LRD          # a cycle = the frame that carries the outputs
+                self._logical(buf, cmd, h, d, n)
+            elif cmd != F.NOP:
+                self._physical(buf, cmd, h, d, n)
+        buf[6] |= 0x02                         # ESC port 0 marks the source MAC (as on real hardware)
+        self._pd_pending = pd
+        return buf
+
+    def after_frame(self) -> None:
+        """Called once the answer is on the wire: step the motion if the frame carried process data."""
+        if self._pd_pending:
+            self._pd_pending = False
+            self.cycle()
+
+    def _physical(self, buf: bytearray, cmd: int, h: int, d: int, n: int) -> None:
+        adp, ado = struct.unpack_from("<HH", buf, h + 2)
+        wkc = buf[d + n] | buf[d + n + 1] << 8
+        data = buf[d:d + n]
+        orig = bytes(data)
+        auto = cmd in F.AUTO_INC
+        bcast = cmd in F.BROADCAST
+        for esc in self.slaves:
+            if not esc.answering:
+                continue
+            if auto:
+                hit = adp == 0
+                adp = (adp + 1) & 0xFFFF
+            elif bcast:
+                hit = True
+                adp = (adp + 1) & 0xFFFF
+            else:
+                hit = adp == esc.station_address
+            if cmd in (F.ARMW, F.FRMW):
+                if hit:
+                    r = esc.read(ado, n)
+                    if r is not None:
+                        data[:] = r
+                        wkc += 1
+                elif esc.write(ado, bytes(data)):
+                    wkc += 1
+                continue
+            if not hit:
+                continue
+            if cmd in F.READ_CMDS:
+                r = esc.read(ado, n)
+                if r is not None:
+                    if bcast:
+                        data[:] = bytes(a | b for a, b in zip(data, r))
+                    else:
+                        data[:] = r
+                    wkc += 1
+            elif cmd in F.WRITE_CMDS:
+                if esc.write(ado, orig):
+                    wkc += 1
+            elif cmd in F.RW_CMDS:
+                r = esc.read(ado, n)
+                ok = esc.write(ado, orig)
+                if r is not None:
+                    data[:] = bytes(a | b for a, b in zip(data, r)) if bcast else r
+                    wkc += 1
+                if ok:
+                    wkc += 2
+        buf[d:d + n] = data
+        struct.pack_into("<H", buf, h + 2, adp)
+        struct.pack_into("<H", buf, d + n, wkc & 0xFFFF)
+
+    def _logical(self, buf: bytearray, cmd: int, h: int, d: int, n: int) -> None:
+        lstart = struct.unpack_from("<I", buf, h + 2)[0]
+        lend = lstart + n
+        wkc = buf[d + n] | buf[d + n + 1] << 8
+        do_read = cmd in (F.LRD, F.LRW)
+        do_write = cmd in (F.LWR, F.LRW)
+        now = None
+        for k, esc in enumerate(self.slaves):
+            if not esc.answering or not esc.process_data_active:
+                continue
+            rd = wr = False
+            reads = []
+            for ls, ln, ps, typ in esc.fmmus():
+                a, b = max(lstart, ls), min(lend, ls + ln)
+                if a >= b:
+                    continue
+                p = ps + (a - ls)
+                if typ & 2 and do_write:
+                    esc.mem[p:p + (b - a)] = buf[d + a - lstart:d + b - lstart]
+                    wr = True
+                if typ & 1 and do_read:
+                    reads.append((a, b, p))
+            for a, b, p in reads:
+                buf[d + a - lstart:d + b - lstart] = esc.mem[p:p + (b - a)]
+                rd = True
+            if wr:
+                esc.outputs_written = True
+                if now is None:
+                    now = time.monotonic()
+                self.last_output_t[k] = now
+            wkc += (1 if rd else 0) + ((2 if cmd == F.LRW else 1) if wr else 0)
+        struct.pack_into("<H", buf, d + n, wkc & 0xFFFF)
+
+    # ---- one control period
+    def cycle(self) -> None:
+        """Drives read their outputs, the motion steps one period, drives publish their inputs."""
+        nj = self.motion.n
+        q_cmd = self.q_hold.copy()
+        tau_ff = np.zeros(nj)
+        enabled = np.zeros(nj, bool)
+        for esc, j in zip(self.slaves, self.joint_index):
+            op = esc.al_state == OP
+            if op and esc.outputs_written:
+                esc.consume_outputs()
+            esc.outputs_written = False
+            c = esc.drive.command(op)
+            q_cmd[j] = c.q_cmd
+            tau_ff[j] = c.tau_ff
+            enabled[j] = c.enabled
+        st = self.motion.step(q_cmd, tau_ff)
+        self._apply_state(st)
+        self.cycles += 1
+        if self.record_truth:
+            self._truth.append(st, q_cmd, tau_ff, enabled)
+
+    def _apply_state(self, st) -> None:
+        qm, taum, im = st.measured()
+        for esc, j in zip(self.slaves, self.joint_index):
+            esc.drive.feedback(float(qm[j]), float(st.qd[j]), float(im[j]), float(taum[j]))
+            esc.publish_inputs()
+
+    def check_watchdog(self, now: float | None = None) -> None:
+        """SyncManager watchdog: an ESC in OP without outputs for `watchdog_s` drops to SAFEOP."""
+        now = time.monotonic() if now is None else now
+        for k, esc in enumerate(self.slaves):
+            wd = esc.watchdog_s
+            if esc.al_state == OP and wd is not None:
+                if self._op_since[k] is None:
+                    self._op_since[k] = now
+                last = max(self.last_output_t[k], self._op_since[k])
+                if now - last > wd:
+                    esc.al_error(SAFEOP, ALSC_SM_WATCHDOG)
+                    self._op_since[k] = None
+            else:
+                self._op_since[k] = None
+
+    # ---- fault injection
+    def _slave(self, slave) -> Esc:
+        if isinstance(slave, bool) or not isinstance(slave, int) or not 0 <= slave < len(self.slaves):
+            raise ValueError(f"slave={slave!r}: expected a 0-based bus position 0..{len(self.slaves) - 1}")
+        return self.slaves[slave]
+
+    def inject(self, kind: str, **kw) -> dict:
+        """Inject a fault; see :data:`FAULT_KINDS`. Returns a short description."""
+        def take(*names):
+            extra = set(kw) - set(names)
+            if extra:
+                raise ValueError(f"fault {kind!r}: unknown argument(s) {sorted(extra)}; expected {list(names)}")
+        if kind == "drive_fault":
+            take("slave", "code")
+            esc = self._slave(kw.get("slave"))
+            esc.drive.inject_fault(int(kw.get("code", ERR_INJECTED_DEFAULT)))
+            esc.publish_inputs()
+            return {"slave": esc.position, "error_code": esc.drive.od.value(0x603F)}
+        if kind in ("drop_frames", "corrupt_frames"):
+            take("count")
+            count = kw.get("count", 1)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"fault {kind!r}: count={count!r} must be a non-negative integer")
+            if kind == "drop_frames":
+                self.drop_count = count
+            else:
+                self.corrupt_count = count
+            return {"count": count}
+        if kind in ("stop_answering", "resume_answering"):
+            take("slave")
+            esc = self._slave(kw.get("slave"))
+            esc.answering = kind == "resume_answering"
+            return {"slave": esc.position, "answering": esc.answering}
+        if kind == "sdo_abort":
+            take("index", "code", "slave")
+            index = kw.get("index")
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= 0xFFFF:
+                raise ValueError(f"fault 'sdo_abort': index={index!r} must be a CoE object index")
+            code = int(kw.get("code", 0x08000020))
+            targets = self.slaves if kw.get("slave") is None else [self._slave(kw["slave"])]
+            for esc in targets:
+                esc.sdo.forced_aborts[index] = code
+            return {"index": index, "code": code, "slaves": [e.position for e in targets]}
+        if kind == "wrong_identity":
+            take("slave", "vendor_id", "product_code")
+            esc = self._slave(kw.get("slave"))
+            vendor = kw.get("vendor_id")
+            product = kw.get("product_code")
+            if vendor is None and product is None:
+                product = (self.cfg.product_code + 1) & 0xFFFFFFFF
+            esc.set_identity(vendor, product)
+            return {"slave": esc.position, "vendor_id": esc.od.value(0x1018, 1),
+                    "product_code": esc.od.value(0x1018, 2)}
+        if kind == "clear":
+            take()
+            self.drop_count = self.corrupt_count = 0
+            for esc in self.slaves:
+                esc.answering = True
+                esc.sdo.forced_aborts.clear()
+                esc.set_identity(self.cfg.vendor_id, self.cfg.product_code)
+            return {}
+        raise ValueError(f"unknown fault {kind!r}; expected one of {FAULT_KINDS}")
+
+    # ---- inspection
+    def status(self) -> dict:
+        return {
+            "frames": self.frames, "cycles": self.cycles, "dropped": self.dropped, "corrupted": self.corrupted,
+            "send_errors": self.send_errors, "answer_us": self._answer_stats(),
+            "slaves": [{"position": e.position, "station_address": e.station_address,
+                        "al_state": AL_NAMES.get(e.al_state, hex(e.al_state)), "al_status": e.al_status,
+                        "al_status_code": e.al_status_code, "answering": e.answering,
+                        "drive_state": DRIVE_STATES[e.drive.state],
+                        "statusword": e.drive.od.value(0x6041), "error_code": e.drive.od.value(0x603F)}
+                       for e in self.slaves]}
+
+    def _answer_stats(self) -> dict:
+        a = self.answer_ns[self.answer_ns > 0] * 1e-3
+        if not a.size:
+            return {}
+        return {"n": int(a.size), "median": float(np.median(a)), "p99": float(np.percentile(a, 99)),
+                "max": float(a.max()), "over_1ms": int(np.sum(a > 1000.0))}
+
+    def truth(self) -> dict:
+        """Every stepped period so far: t (N,); true q, qd, tau_r, tau_m, i_m, the commands q_cmd,
+        tau_ff and the sensor readings q_meas, tau_r_meas, i_m_meas (N, n) SI (joint order of
+        `joint_names`); enabled (N, n) bool (the axis tracked its CSP target)."""
+        out = self._truth.arrays()
+        out["joint_names"] = list(self.motion.joint_names)
+        return out
+
+
+class _TruthBuffer:
+    """Growing (N, 1 + 11 n) float64 record of stepped periods (about 0.5 kB per 1 ms for n = 6)."""
+    KEYS = ("q", "qd", "tau_r", "tau_m", "i_m", "q_cmd", "tau_ff", "enabled", "q_meas", "tau_r_meas", "i_m_meas")
+
+    def __init__(self, n: int):
+        self.n = n
+        self.buf = np.zeros((1024, 1 + len(self.KEYS) * n))
+        self.k = 0
+
+    def append(self, st, q_cmd, tau_ff, enabled) -> None:
+        if self.k == len(self.buf):
+            self.buf = np.concatenate([self.buf, np.zeros_like(self.buf)])
+        qm, taum, im = st.measured()
+        row = self.buf[self.k]
+        row[0] = st.t
+        n = self.n
+        for j, v in enumerate((st.q, st.qd, st.tau_r, st.tau_m, st.i_m, q_cmd, tau_ff, enabled, qm, taum, im)):
+            row[1 + j * n:1 + (j + 1) * n] = v
+        self.k += 1
+
+    def arrays(self) -> dict:
+        b, n = self.buf[:self.k], self.n
+        out = {"t": b[:, 0].copy()}
+        for j, key in enumerate(self.KEYS):
+            out[key] = b[:, 1 + j * n:1 + (j + 1) * n].copy()
+        out["enabled"] = out["enabled"].astype(bool)
+        return out

@@ -1,0 +1,167 @@
+"""The drive side of CiA 402 (IEC 61800-7-201) for one emulated axis: power state machine,
+cyclic synchronous position (CSP) and the bus scaling of the twin's SI values.
+
+Once per process-data cycle the chain calls :meth:`Cia402Drive.command` (reads controlword,
+mode, target position and torque offset from the object dictionary, advances the state machine,
+returns the link-side position command and feed-forward torque in SI) and, after the twin has
+stepped, :meth:`Cia402Drive.feedback` (writes position/velocity/torque/current/joint torque in
+bus units and checks the following error).
+
+Bus scaling (the contract of ``assets/cobot6_ethercat.yaml``):
+  position / target  link-side counts, ``encoder_counts_per_rev`` per 2*pi rad, times `sign`
+  velocity           the same counts per second
+  torque / offset    per mille of ``rated_torque_Nm`` (link side: eta * beta * i from the current)
+  current            per mille of ``rated_current_A``
+  joint torque       units of ``joint_torque_scale_Nm`` (torque sensor, tau_r)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .coe import ObjectDictionary
+from .config import DriveScaling
+
+# power states
+NOT_READY, SWITCH_ON_DISABLED, READY_TO_SWITCH_ON, SWITCHED_ON, OPERATION_ENABLED, \
+    QUICK_STOP_ACTIVE, FAULT_REACTION_ACTIVE, FAULT = range(8)
+STATE_NAMES = ["not ready to switch on", "switch on disabled", "ready to switch on", "switched on",
+               "operation enabled", "quick stop active", "fault reaction active", "fault"]
+_STATUS_BITS = {NOT_READY: 0x0000, SWITCH_ON_DISABLED: 0x0040, READY_TO_SWITCH_ON: 0x0031,
+                SWITCHED_ON: 0x0033, OPERATION_ENABLED: 0x0037, QUICK_STOP_ACTIVE: 0x0017,
+                FAULT_REACTION_ACTIVE: 0x001F, FAULT: 0x0018}
+SW_REMOTE, SW_TARGET_REACHED, SW_FOLLOWS_TARGET, SW_FOLLOWING_ERROR = 0x0200, 0x0400, 0x1000, 0x2000
+
+MODE_CSP = 8
+# error codes (CiA 402 / 301)
+ERR_FOLLOWING = 0x8611
+ERR_COMMUNICATION = 0x8700   # sync / process data lost while enabled
+ERR_INJECTED_DEFAULT = 0x2310  # continuous over-current (a plausible drive fault)
+
+
+def _sat(v: float, lo: int, hi: int) -> int:
+    return lo if v < lo else hi if v > hi else int(round(v))
+
+
+@dataclass
+class DriveCommand:
+    """What the drive asks of the joint this cycle: hold (`enabled` False) or track `q_cmd`."""
+    enabled: bool
+    q_cmd: float       # link-side position command [rad]
+    tau_ff: float      # feed-forward torque [N*m]
+
+
+class Cia402Drive:
+    """One CiA 402 axis bound to its object dictionary and bus scaling."""
+
+    def __init__(self, od: ObjectDictionary, scaling: DriveScaling):
+        self.od = od
+        self.s = scaling
+        self.rad_per_count = 2.0 * math.pi / scaling.encoder_counts_per_rev
+        self.state = SWITCH_ON_DISABLED        # NOT_READY passes automatically after power-up
+        self.q_hold = 0.0
+        self.q_actual = 0.0
+        self._last_cw = 0
+        self._e = {k: od.entry(k, 0) for k in (0x6040, 0x6041, 0x603F, 0x6060, 0x6061, 0x6064, 0x606C,
+                                              0x6077, 0x6078, 0x607A, 0x60B2, 0x2001, 0x6062, 0x60F4,
+                                              0x6065)}
+        self._publish_status()
+
+    # ---- unit conversion
+    def counts_to_rad(self, counts: int) -> float:
+        return self.s.sign * counts * self.rad_per_count
+
+    def rad_to_counts(self, q: float) -> int:
+        return _sat(self.s.sign * q / self.rad_per_count, -2**31, 2**31 - 1)
+
+    # ---- state machine
+    @property
+    def fault(self) -> bool:
+        return self.state in (FAULT, FAULT_REACTION_ACTIVE)
+
+    def inject_fault(self, code: int = ERR_INJECTED_DEFAULT) -> None:
+        """Drive fault (fault injection or internal error): fault reaction, then FAULT."""
+        if self.state == OPERATION_ENABLED:
+            self.q_hold = self.q_actual
+        self._e[0x603F].value = code & 0xFFFF
+        self.state = FAULT_REACTION_ACTIVE
+        self._publish_status()
+
+    def on_leave_op(self) -> None:
+        """The ESC left OP: outputs are no longer valid. An enabled axis faults (0x8700)."""
+        if self.state in (OPERATION_ENABLED, QUICK_STOP_ACTIVE):
+            self.inject_fault(ERR_COMMUNICATION)
+
+    def command(self, outputs_valid: bool) -> DriveCommand:
+        """Advance the state machine with the current controlword (if `outputs_valid`, i.e. the
+        ESC is in OP) and return this cycle's joint command."""
+        cw = self._e[0x6040].value if outputs_valid else self._last_cw & ~0x0080
+        st = self.state
+        if st == FAULT_REACTION_ACTIVE:
+            st = FAULT
+        elif st == FAULT:
+            if cw & 0x80 and not self._last_cw & 0x80:
+                st = SWITCH_ON_DISABLED
+                self._e[0x603F].value = 0
+        elif st == QUICK_STOP_ACTIVE:
+            st = OPERATION_ENABLED if (cw & 0x0F) == 0x0F and (cw & 0x04) else SWITCH_ON_DISABLED
+        elif not cw & 0x02:                                # disable voltage
+            st = SWITCH_ON_DISABLED
+        elif (cw & 0x06) == 0x02:                          # quick stop
+            st = QUICK_STOP_ACTIVE if st == OPERATION_ENABLED else SWITCH_ON_DISABLED
+        elif (cw & 0x07) == 0x06:                          # shutdown
+            if st in (SWITCH_ON_DISABLED, SWITCHED_ON, OPERATION_ENABLED):
+                st = READY_TO_SWITCH_ON
+        elif (cw & 0x0F) == 0x07:                          # switch on / disable operation
+            if st in (READY_TO_SWITCH_ON, OPERATION_ENABLED):
+                st = SWITCHED_ON
+        elif (cw & 0x0F) == 0x0F:                          # enable operation (also from RTSO)
+            if st in (READY_TO_SWITCH_ON, SWITCHED_ON):
+                st = OPERATION_ENABLED
+        if st != OPERATION_ENABLED and self.state == OPERATION_ENABLED:
+            self.q_hold = self.q_actual
+        self.state = st
+        self._last_cw = cw
+        mode = self._e[0x6060].value
+        self._e[0x6061].value = mode
+        if st == OPERATION_ENABLED and mode == MODE_CSP and outputs_valid:
+            target = self._e[0x607A].value
+            self._e[0x6062].value = target
+            q_cmd = self.counts_to_rad(target)
+            tau_ff = self.s.sign * self._e[0x60B2].value * 1e-3 * self.s.rated_torque_Nm
+            return DriveCommand(True, q_cmd, tau_ff)
+        return DriveCommand(False, self.q_hold, 0.0)
+
+    def feedback(self, q: float, qd: float, i_m: float, tau_r: float) -> None:
+        """Write this cycle's measurements (SI, link side: position [rad], velocity [rad/s], motor
+        current [A], joint torque sensor [N*m]) into the object dictionary and check the following
+        error of an enabled CSP axis. Torque actual is the drive's estimate from its current,
+        eta * beta * i (link side)."""
+        s = self.s
+        tau_m = s.gear_ratio * s.torque_constant_Nm_A * i_m
+        self.q_actual = q
+        pos = self.rad_to_counts(q)
+        e = self._e
+        e[0x6064].value = pos
+        e[0x606C].value = _sat(s.sign * qd / self.rad_per_count, -2**31, 2**31 - 1)
+        e[0x6077].value = _sat(s.sign * tau_m / s.rated_torque_Nm * 1000.0, -32768, 32767)
+        e[0x6078].value = _sat(s.sign * i_m / s.rated_current_A * 1000.0, -32768, 32767)
+        e[0x2001].value = _sat(s.sign * tau_r / s.joint_torque_scale_Nm, -2**31, 2**31 - 1)
+        if self.state == OPERATION_ENABLED and self._e[0x6060].value == MODE_CSP:
+            ferr = e[0x607A].value - pos
+            e[0x60F4].value = _sat(ferr, -2**31, 2**31 - 1)
+            if abs(ferr) > e[0x6065].value:
+                self.inject_fault(ERR_FOLLOWING)
+        else:
+            e[0x60F4].value = 0
+        self._publish_status()
+
+    def _publish_status(self) -> None:
+        sw = _STATUS_BITS[self.state] | SW_REMOTE
+        if self.state == OPERATION_ENABLED and self._e[0x6060].value == MODE_CSP:
+            sw |= SW_FOLLOWS_TARGET
+            if abs(self._e[0x60F4].value) <= self._e[0x6065].value // 10:
+                sw |= SW_TARGET_REACHED
+        if self._e[0x603F].value == ERR_FOLLOWING and self.state in (FAULT, FAULT_REACTION_ACTIVE):
+            sw |= SW_FOLLOWING_ERROR
+        self._e[0x6041].value = sw
