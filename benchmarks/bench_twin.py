@@ -5,20 +5,19 @@
 Runs, in the same process and interleaved (so machine load hits all alike), the best of
 `--repeat` runs of:
   * twin   -- make_backend(...).run(trajectory): PID + compliant harmonic-drive joints with all
-              friction + sensors at 100 Hz, a multi-joint trajectory of `--duration` s;
-  * bare   -- p.stepSimulation() of the same arm (same URDF/flags), nothing else, same steps;
-  * loop   -- the minimum torque-control loop any controller needs: set torques, step, read states.
-Prints the real-time factor (target >= 40x) and the time ratio twin / bare (target <= 1.5x), and
-twin / loop for reference.
+              friction + sensors at 100 Hz, a multi-joint trajectory of `--duration` s (the whole
+              run() call: PyBullet set-up, settle-free run, sensor sampling, recording);
+  * bare   -- baseline 1: p.stepSimulation() of the same arm (same URDF/flags), nothing else;
+  * loop   -- baseline 2: the minimal torque-control loop any controller needs on PyBullet: set
+              torques (the twin's last torques, so contacts/limits work alike), step, read states;
+Prints the real-time factor in process-CPU and wall time (target >= 40x), the ratios twin / bare
+(target <= 1.5x) and twin / loop, and the cost of each part of one TwinSim.advance (timed alone).
 """
 from __future__ import annotations
 
 import argparse
 import time
 
-# process CPU time: on a shared machine wall time is inflated by other processes; the CPU time
-# of this single-threaded process is what the twin costs (both are printed)
-_clock = time.process_time
 from pathlib import Path
 
 import numpy as np
@@ -58,38 +57,94 @@ def _arm():
     return c, b, J
 
 
-def bare(steps: int) -> float:
+class _Clock:
+    """Process CPU time and wall time of a block. On a shared machine wall time is inflated by
+    other processes; the CPU time of this single-threaded process is what the twin costs."""
+
+    def __enter__(self):
+        self.c0, self.w0 = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.cpu = time.process_time() - self.c0
+        self.wall = time.perf_counter() - self.w0
+
+
+def bare(steps: int) -> tuple[float, float]:
     c, b, J = _arm()
-    t0 = _clock()
-    for _ in range(steps):
-        p.stepSimulation(physicsClientId=c)
-    el = _clock() - t0
+    with _Clock() as k:
+        for _ in range(steps):
+            p.stepSimulation(physicsClientId=c)
     p.disconnect(physicsClientId=c)
-    return el
+    return k.cpu, k.wall
 
 
-def loop(steps: int) -> float:
+def loop(steps: int, tau) -> tuple[float, float]:
     c, b, J = _arm()
-    tau = [0.0] * len(J)
-    t0 = _clock()
-    for _ in range(steps):
-        p.setJointMotorControlArray(b, J, p.TORQUE_CONTROL, forces=tau, physicsClientId=c)
-        p.stepSimulation(physicsClientId=c)
-        p.getJointStates(b, J, physicsClientId=c)
-    el = _clock() - t0
+    tau = [float(x) for x in tau]
+    with _Clock() as k:
+        for _ in range(steps):
+            p.setJointMotorControlArray(b, J, p.TORQUE_CONTROL, forces=tau, physicsClientId=c)
+            p.stepSimulation(physicsClientId=c)
+            p.getJointStates(b, J, physicsClientId=c)
     p.disconnect(physicsClientId=c)
-    return el
+    return k.cpu, k.wall
 
 
-def twin(duration: float) -> float:
+def breakdown(steps: int) -> dict:
+    """Process-CPU cost [us] of each part of TwinSim.advance, each timed alone on a twin in motion
+    (PyBullet calls with the twin's own arguments; 'compiled step' = the one C call; 'matrix
+    rebuild' = mass matrix + compiled build, per step at the default refresh period)."""
+    from twin import TwinConfig, TwinSim
+    cfg = TwinConfig.from_files(URDF, DRIVES, settings={})
+    sim = TwinSim(cfg)
+    traj = Cosines(max(steps / 1000.0, 1.0) + 1.0)
+    q = traj.evaluate(np.arange(steps + 501) * 1e-3)[0]
+    sim.reset(q[0])
+    for k in range(500):
+        sim.advance(q[k + 1])
+    rows = list(q[501:])
+    with _Clock() as k_adv:
+        for r in rows[:steps]:
+            sim.advance(r)
+    c, b, J = sim.client, sim.body, sim.jidx
+    tau = sim.tau_l.tolist()
+    m = max(steps // 4, 1000)
+    out = {"advance (total)": k_adv.cpu / steps * 1e6}
+    with _Clock() as k:
+        for _ in range(m):
+            sim._run()
+    out["compiled step (C)"] = k.cpu / m * 1e6
+    with _Clock() as k:
+        for _ in range(m // 10):
+            sim._build_matrices(sim.mass_matrix(sim.q), sim._Keff)
+    out["matrix rebuild / mass_matrix_every"] = k.cpu / (m // 10) * 1e6 / sim.mm_every
+    with _Clock() as k:
+        for _ in range(m):
+            p.setJointMotorControlArray(b, J, p.TORQUE_CONTROL, forces=tau, physicsClientId=c)
+    out["PyBullet set torques"] = k.cpu / m * 1e6
+    with _Clock() as k:
+        for _ in range(m):
+            js = p.getJointStates(b, J, physicsClientId=c)
+            [r[0] for r in js] + [r[1] for r in js]
+    out["PyBullet read states (+ lists)"] = k.cpu / m * 1e6
+    with _Clock() as k:
+        for _ in range(m):
+            p.stepSimulation(physicsClientId=c)
+    out["PyBullet stepSimulation"] = k.cpu / m * 1e6
+    sim.close()
+    out["Python glue (rest)"] = out["advance (total)"] - sum(v for k2, v in out.items() if k2 != "advance (total)")
+    return out
+
+
+def twin(duration: float):
     from twin import make_backend
     be = make_backend({"urdf": URDF, "drives": DRIVES}, {"settle_s": 0.0, "seed": 0})
     traj = Cosines(duration)
-    t0 = _clock()
-    rec = be.run(traj)
-    el = _clock() - t0
+    with _Clock() as k:
+        rec = be.run(traj)
     assert np.all(np.isfinite(rec.q)) and rec.n_samples == int(round(duration * 100))
-    return el
+    return k.cpu, k.wall, rec.truth["tau_l"][0]
 
 
 def main(argv=None) -> dict:
@@ -98,22 +153,37 @@ def main(argv=None) -> dict:
     ap.add_argument("--repeat", type=int, default=3, help="interleaved repetitions (best kept)")
     a = ap.parse_args(argv)
     steps = int(round(a.duration * 1000))
+    twin(0.1)                                   # load the compiled step once (cached on disk)
     res = {"twin": [], "bare": [], "loop": []}
     for _ in range(a.repeat):
         res["bare"].append(bare(steps))
-        res["twin"].append(twin(a.duration))
-        res["loop"].append(loop(steps))
-    best = {k: min(v) for k, v in res.items()}
-    rtf = a.duration / best["twin"]
-    ratio = best["twin"] / best["bare"]
-    print(f"steps: {steps} (1 kHz, {a.duration:g} s), best of {a.repeat}, process CPU time")
-    print(f"bare PyBullet stepping : {best['bare']:.3f} s  ({best['bare'] / steps * 1e6:.1f} us/step)")
-    print(f"torque loop (set/step/get): {best['loop']:.3f} s  ({best['loop'] / steps * 1e6:.1f} us/step)")
-    print(f"twin (drive + sensors) : {best['twin']:.3f} s  ({best['twin'] / steps * 1e6:.1f} us/step)")
-    print(f"real-time factor       : {rtf:.1f}x   (target >= 40x: {'met' if rtf >= 40 else 'NOT met'})")
-    print(f"twin / bare stepping   : {ratio:.2f}x  (target <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")
-    print(f"twin / torque loop     : {best['twin'] / best['loop']:.2f}x")
-    return {"rtf": rtf, "ratio_bare": ratio, **best}
+        cpu, wall, tau0 = twin(a.duration)
+        res["twin"].append((cpu, wall))
+        res["loop"].append(loop(steps, tau0))
+    cpu = {k: min(r[0] for r in v) for k, v in res.items()}
+    wall = {k: min(r[1] for r in v) for k, v in res.items()}
+    us = lambda x: x / steps * 1e6                                          # noqa: E731
+    rtf, rtf_wall = a.duration / cpu["twin"], a.duration / wall["twin"]
+    ratio = cpu["twin"] / cpu["bare"]
+    print(f"steps: {steps} (1 kHz, {a.duration:g} s), best of {a.repeat}; per step: CPU (wall) [us]")
+    rows = (("bare PyBullet stepping      (baseline 1)", "bare"),
+            ("torque loop set/step/get    (baseline 2)", "loop"),
+            ("twin (drive + sensors, full run)", "twin"))
+    for label, k in rows:
+        print(f"  {label:46s}: {us(cpu[k]):6.1f} ({us(wall[k]):6.1f})")
+    print(f"real-time factor, CPU  : {rtf:6.1f}x  (target >= 40x: {'met' if rtf >= 40 else 'NOT met'})")
+    print(f"real-time factor, wall : {rtf_wall:6.1f}x")
+    print(f"twin / bare stepping   : {ratio:5.2f}x  (target <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'};"
+          f" CPU, wall {wall['twin'] / wall['bare']:.2f}x)")
+    print(f"twin / torque loop     : {cpu['twin'] / cpu['loop']:5.2f}x  (wall {wall['twin'] / wall['loop']:.2f}x)")
+    print(f"torque loop / bare     : {cpu['loop'] / cpu['bare']:5.2f}x  (the PyBullet calls any "
+          f"controller needs, already above 1.5x)")
+    parts = breakdown(min(steps, 10000))
+    print("per-step cost of TwinSim.advance, parts timed alone [us CPU]:")
+    for k, v in parts.items():
+        print(f"  {k:36s}: {v:5.2f}")
+    return {"rtf": rtf, "rtf_wall": rtf_wall, "ratio_bare": ratio,
+            "ratio_loop": cpu["twin"] / cpu["loop"], "cpu": cpu, "wall": wall, "parts": parts}
 
 
 if __name__ == "__main__":

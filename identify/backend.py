@@ -66,3 +66,19 @@ def load_backend(name: str, arm: dict, settings: dict) -> Backend:
     module, attr = BACKENDS[name].split(":")
     factory = getattr(importlib.import_module(module), attr)
     return factory(arm, settings)
+
+
+def preflight(name: str, arm: dict, settings: dict) -> bool:
+    """Early checks of backend `name` before any expensive work (e.g. trajectory optimization):
+    imports the backend module lazily, by name, and calls its ``preflight(arm, settings)`` if it
+    defines one (the hardware backend refuses there when not armed and not a dry run, raising its
+    ``SafetyRefused``, a ValueError). Returns True when a preflight ran, False when the backend
+    has none."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}")
+    module, _attr = BACKENDS[name].split(":")
+    fn = getattr(importlib.import_module(module), "preflight", None)
+    if fn is None:
+        return False
+    fn(arm, settings)
+    return True

@@ -281,6 +281,25 @@ def _check_serial(serial):
     return serial
 
 
+def _prepare(W, y, names, joint_names, rcond):
+    """Fit preamble shared by OLS and WLS: :func:`stack_system`, then an under-determined system
+    (M <= p rows) is rejected naming the unidentifiable parameters, then the residual degrees of
+    freedom per joint are checked. Returns A (M, p), b (M,), N, n, names, dof."""
+    A, b, N, n, names = stack_system(W, y, names, joint_names)
+    M, p = A.shape
+    if M <= p:
+        check_identifiable(A, names, rcond)
+    return A, b, N, n, names, _dof_per_joint(N, n, p)
+
+
+def _ols_step(A, b, N, n, names, rcond, dof):
+    """Least squares by QR with the identifiability check (OLS, and step 1 of WLS). Returns
+    p_hat (p,), R (p, p), residuals e (N, n), per-joint residual variance (n,) = sum e^2 / dof."""
+    p_hat, R = _qr_solve(A, b, names, rcond)
+    e = (b - A @ p_hat).reshape(N, n)
+    return p_hat, R, e, np.sum(e ** 2, axis=0) / dof
+
+
 # -- estimators ---------------------------------------------------------------------------------
 class _Linear:
     """Shared attributes and prediction."""
@@ -352,14 +371,8 @@ class OLS(_Linear):
 
     @_one_blas_thread
     def fit(self, W, y, names=None, joint_names=None) -> "OLS":
-        A, b, N, n, names = stack_system(W, y, names, joint_names)
-        M, p = A.shape
-        if M <= p:
-            check_identifiable(A, names, self.rcond)
-            _dof_per_joint(N, n, p)
-        p_hat, R = _qr_solve(A, b, names, self.rcond)
-        e = (b - A @ p_hat).reshape(N, n)
-        s2 = np.sum(e ** 2, axis=0) / _dof_per_joint(N, n, p)
+        A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond)
+        p_hat, R, e, s2 = _ols_step(A, b, N, n, names, self.rcond, dof)
         tau = integrated_autocorr_time(e) if self.serial == "auto" else np.ones(n)
         cov = _joint_sandwich(A, R, N, n, s2 * tau)
         self.tau_int_ = tau
@@ -388,15 +401,10 @@ class WLS(_Linear):
 
     @_one_blas_thread
     def fit(self, W, y, names=None, joint_names=None) -> "WLS":
-        A, b, N, n, names = stack_system(W, y, names, joint_names)
+        A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond)
         M, p = A.shape
-        if M <= p:
-            check_identifiable(A, names, self.rcond)
-        dof = _dof_per_joint(N, n, p)
-        if self.sigma is None:
-            p1, _ = _qr_solve(A, b, names, self.rcond)
-            e1 = (b - A @ p1).reshape(N, n)
-            sig = np.sqrt(np.sum(e1 ** 2, axis=0) / dof)
+        if self.sigma is None:                     # step 1: OLS residual std per joint
+            sig = np.sqrt(_ols_step(A, b, N, n, names, self.rcond, dof)[3])
         else:
             sig = np.broadcast_to(np.asarray(self.sigma, dtype=float), (n,)).copy()
             if not np.all(np.isfinite(sig)) or np.any(sig <= 0):

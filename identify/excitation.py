@@ -62,15 +62,15 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import casadi as ca
 import numpy as np
 
-from .fourier import FourierTrajectory, _atomic_write, _plain, complete_rest
+from .fourier import FourierTrajectory, _atomic_write, _plain
 
-CACHE_VERSION = 1  # bump when the optimizer changes in a way that changes results
+CACHE_VERSION = 2  # bump when the optimizer changes in a way that changes results
 
 
 class ExcitationInfeasible(ValueError):
@@ -108,8 +108,10 @@ class ExcitationProblem:
             larger r weights the extreme singular values more (r -> inf gives log cond(M)).
         hessian: IPOPT hessian_approximation ("limited-memory" or "exact"; exact was ~10x slower).
         lbfgs_history: IPOPT limited_memory_max_history.
+        mu_strategy: IPOPT barrier update ("adaptive" or "monotone").
         polish_power: after each start, re-solve warm-started with this (higher) power to move
-            from the smooth surrogate's optimum towards the lowest cond itself (None: off).
+            from the smooth surrogate's optimum towards the lowest cond itself (None: off);
+            at most max_iter // 3 iterations.
     """
 
     harmonics: int = 5
@@ -129,6 +131,7 @@ class ExcitationProblem:
     hessian: str = "limited-memory"
     polish_power: int | None = 16
     lbfgs_history: int = 6
+    mu_strategy: str = "adaptive"
 
     @property
     def period(self) -> float:
@@ -614,9 +617,15 @@ def _build_nlp(model, problem: ExcitationProblem, bp) -> _NLP:
     if problem.z_min is not None:
         O = model.link_origins_function().map(N, "serial")(Q)   # (3, (n+1) N)
         Z = ca.reshape(O[2, :], n + 1, N)                        # (n+1, N)
+        # origins whose height never changes (e.g. the shoulder) are settled by check_problem
+        rng = np.random.default_rng(0)
+        lo = np.maximum(lim["q_min"], -math.pi)
+        hi = np.minimum(lim["q_max"], math.pi)
+        z_var = np.ptp(model.link_origins(rng.uniform(lo, hi, (64, n)))[:, :, 2], axis=0)
         for j in range(1, n + 1):
-            add(Z[j, :].T, float(problem.z_min), np.inf, "workspace z >= z_min (origin of frame)",
-                j - 1, "z")
+            if z_var[j] > 1e-9:
+                add(Z[j, :].T, float(problem.z_min), np.inf,
+                    "workspace z >= z_min (origin of frame)", j - 1, "z")
     vmin = _rms_bounds(model, problem)
     if vmin is not None:
         for i in range(n):
@@ -633,7 +642,7 @@ def _build_nlp(model, problem: ExcitationProblem, bp) -> _NLP:
         ubx[n * m + kf] = min(lim["q_max"][i], 1e3)
     opts = {"ipopt.print_level": 0, "print_time": False, "ipopt.sb": "yes",
             "ipopt.hessian_approximation": problem.hessian, "ipopt.max_iter": int(problem.max_iter),
-            "ipopt.tol": float(problem.tol), "ipopt.mu_strategy": "adaptive",
+            "ipopt.tol": float(problem.tol), "ipopt.mu_strategy": problem.mu_strategy,
             "ipopt.limited_memory_max_history": int(problem.lbfgs_history),
             # L-BFGS creeps for many iterations once cond(W) has settled: stop after 10 iterations
             # with relative objective change below problem.obj_change_tol (at an acceptable point)
@@ -768,7 +777,8 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
     worst_text = None
     nlp2 = None
     if problem.polish_power:
-        nlp2 = _build_nlp(model, replace(problem, objective_power=int(problem.polish_power)), bp)
+        nlp2 = _build_nlp(model, replace(problem, objective_power=int(problem.polish_power),
+                                         max_iter=max(20, int(problem.max_iter) // 3)), bp)
 
     def solve(nlp_k, x0, lbg):
         """One IPOPT solve; a table violation between grid samples raises the table (lbg of the

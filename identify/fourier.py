@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .jsonutil import to_jsonable
+
 FORMAT = "twinid-fourier-trajectory"
 FORMAT_VERSION = 1
 
@@ -293,18 +295,10 @@ def complete_rest(a_free: np.ndarray, b_free: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _plain(o):
-    """Metadata -> plain Python types (for YAML/JSON)."""
-    if isinstance(o, dict):
-        return {str(k): _plain(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_plain(v) for v in o]
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (np.floating, np.integer, np.bool_)):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    return o
+    """Metadata -> plain Python types for YAML / Python's json: :func:`~identify.jsonutil.
+    to_jsonable` keeping non-finite floats (YAML writes .inf/.nan and reads them back; unlimited
+    joint ranges -inf..inf must round-trip). Kept under this name for identify.excitation."""
+    return to_jsonable(o, nonfinite="keep", where="trajectory meta")
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

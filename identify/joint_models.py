@@ -31,6 +31,16 @@ motor torque as the response (noise in tau'_m then stays in the response and doe
 same model as the paper's, but the minimised residual is tau'_m's, not dtau's (= (1 - a1) times it,
 with the noisy tau'_m among the regressors).
 
+Stage-2 uncertainty (``Stage2Joint.std`` / ``a_std``; docs/joint_models.md, "Uncertainty of
+stage 2"): processed data are low-pass filtered and smoothed, so residuals are serially correlated,
+and the noisy measured tau_r is itself a regressor. The covariance is a heteroscedasticity-
+consistent sandwich whose per-coefficient variance is multiplied by the integrated
+autocorrelation time of that coefficient's influence series (estimators.integrated_autocorr_time,
+``serial="auto"``), plus bias bias^T for the estimated errors-in-variables bias (stage-1 residual
+as the sensor-noise proxy, ``errors_in_variables=True``). A coefficient whose column (tau_r, or
+taudd_r = its second derivative) is more than half noise is reported with std NaN
+(``noise_dominated``); ``poorly_excited`` flags std > |value| like the estimators'.
+
 Prediction on a new trajectory (tau_r from stage 1, T_rp):
   * ``route="eq24"``: the paper's eq. (24), dtau evaluated with tau'_m := the simplified model's
     prediction T_pre, T_mp = T_rp + dtau(T_pre);
@@ -42,6 +52,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.linalg as sla
+
+from .estimators import _check_serial, integrated_autocorr_time
 
 FRICTION_VARIANTS = ("linear", "opposing", "both")
 # physical meaning of the stage-2 coefficients c_k (docs/joint_models.md)
@@ -253,6 +266,18 @@ class Stage2Joint:
         a / a_std: the paper's a1..a5 (linear variant only, else None).
         xi_identified: False if the joint's torque-sensor signal is too small to identify xi
             (xi then fixed at 0, its std NaN).
+        tau_int: (k+4,) integrated autocorrelation time [samples] of each coefficient's
+            influence series, by which its variance was inflated (1 with serial=None, NaN for
+            a fixed xi).
+        eiv_bias: (k+4,) estimated errors-in-variables bias of theta (noise of the measured
+            tau_r in the regressor), already included in cov as bias bias^T (zeros if the model
+            was fitted with errors_in_variables=False).
+        noise_dominated: (k+4,) bool: the coefficient's regressor column (tau_r or taudd_r) is
+            more than NOISE_FRACTION_MAX sensor noise; the coefficient is not identifiable from
+            these data and its std is NaN.
+    The std (``std``, ``a_std``) is a heteroscedasticity- and autocorrelation-consistent
+    sandwich (docs/joint_models.md, "Uncertainty of stage 2"); ``poorly_excited`` /
+    ``a_poorly_excited`` flag coefficients whose std exceeds their magnitude.
     """
 
     joint: str
@@ -265,10 +290,29 @@ class Stage2Joint:
     a: np.ndarray | None = None
     a_std: np.ndarray | None = None
     xi_identified: bool = True
+    tau_int: np.ndarray | None = None
+    eiv_bias: np.ndarray | None = None
+    noise_dominated: np.ndarray | None = None
 
     @property
     def std(self) -> np.ndarray:
-        return np.sqrt(np.clip(np.diag(self.cov), 0.0, None))
+        """(k+4,) standard deviation of theta (NaN for a fixed xi)."""
+        d = np.diag(self.cov)
+        return np.where(np.isnan(d), np.nan, np.sqrt(np.clip(d, 0.0, None)))
+
+    @property
+    def poorly_excited(self) -> np.ndarray:
+        """(k+4,) bool: std > |value| (the data do not determine even the sign); a fixed
+        (not identified) xi counts as poorly excited."""
+        return ~(self.std <= np.abs(self.theta))
+
+    @property
+    def a_poorly_excited(self) -> np.ndarray | None:
+        """(5,) bool for the paper's a1..a5 (linear variant; a5 = 0 without the compliance
+        column is never flagged), else None."""
+        if self.a is None:
+            return None
+        return ~(self.a_std <= np.abs(self.a)) & ~((self.a == 0) & (self.a_std == 0))
 
     def value(self, name: str) -> float:
         return float(self.theta[self.names.index(name)])
@@ -308,6 +352,25 @@ class Stage2Result:
         return np.array([j.a_std for j in self.joints])
 
     @property
+    def poorly_excited(self) -> np.ndarray:
+        """(n, k+4) bool: std > |value| per joint and coefficient (like estimators'
+        ``poorly_excited_``)."""
+        return np.array([j.poorly_excited for j in self.joints])
+
+    @property
+    def a_poorly_excited(self) -> np.ndarray | None:
+        """(n, 5) bool for a1..a5 (linear variant), else None."""
+        if self.joints[0].a is None:
+            return None
+        return np.array([j.a_poorly_excited for j in self.joints])
+
+    @property
+    def poorly_excited_names(self) -> list:
+        """["joint.coefficient", ...] of the poorly excited coefficients (std > |value|)."""
+        return [f"{j.joint}.{nm}" for j in self.joints
+                for nm, bad in zip(j.names, j.poorly_excited) if bad]
+
+    @property
     def rms(self) -> np.ndarray:
         return np.array([j.rms for j in self.joints])
 
@@ -320,17 +383,21 @@ class Stage2Result:
         """Per-joint coefficient table, value +- std (physical names, then the paper's a's)."""
         names = list(self.names)
         head = f"{'joint':<8}" + "".join(f"{nm:>22}" for nm in names)
-        rows = [f"stage 2 ({self.variant} reducer friction); value +- std", head]
+        rows = [f"stage 2 ({self.variant} reducer friction); value +- std (nan: not "
+                "identifiable); '?' = poorly excited (std > |value|)", head]
+
+        def cell(v, s, bad):
+            return f"{v:>12.4g} +-{s:<7.2g}{'?' if bad else ' '}"
         for j in self.joints:
-            rows.append(f"{j.joint:<8}" + "".join(f"{v:>12.4g} +-{s:<8.2g}"
-                                                  for v, s in zip(j.theta, j.std)))
+            rows.append(f"{j.joint:<8}" + "".join(cell(v, s, b) for v, s, b
+                                                  in zip(j.theta, j.std, j.poorly_excited)))
         if self.a is not None:
             rows.append("paper grouping dtau = a1 tau'_m + a2 sign(qd) + a3 qd + a4 qdd "
                         "+ a5 taudd_r")
             rows.append(f"{'joint':<8}" + "".join(f"{f'a{k + 1}':>22}" for k in range(5)))
             for j in self.joints:
-                rows.append(f"{j.joint:<8}" + "".join(f"{v:>12.4g} +-{s:<8.2g}"
-                                                      for v, s in zip(j.a, j.a_std)))
+                rows.append(f"{j.joint:<8}" + "".join(cell(v, s, b) for v, s, b
+                                                      in zip(j.a, j.a_std, j.a_poorly_excited)))
         rows.append("residual RMS of tau'_m [N*m]: " + " ".join(f"{r:.4g}" for r in self.rms)
                     + f"  overall {self.rms_overall:.4g}")
         return "\n".join(rows)
@@ -358,8 +425,13 @@ def _phi(qd, qdd, taudd_r, coulomb_eps: float, compliance: bool) -> np.ndarray:
     return np.stack(cols, axis=2)
 
 
-def _lstsq_cov(J: np.ndarray, r: np.ndarray, where: str, names) -> tuple[np.ndarray, float]:
-    """Covariance sigma^2 (J^T J)^-1 via the SVD of J (never the normal equations)."""
+def _influence(J: np.ndarray, r: np.ndarray, where: str, names) -> np.ndarray:
+    """Influence series of a least-squares solution: Psi (N, p) with rows
+    Psi_k = r_k (J^T J)^-1 J_k^T, so that theta_hat - theta ~ -sum_k Psi_k to first order in the
+    errors (J (N, p) the regressor or, for a nonlinear fit, the Jacobian at the solution; r (N,)
+    the residuals there). Computed via the SVD of the column-scaled J (never the normal
+    equations). Raises ValueError (naming `where` and the coefficient) if a column is all zero or
+    J is rank deficient."""
     N, p = J.shape
     if N <= p:
         raise ValueError(f"{where}: {N} samples for {p} coefficients {list(names)}")
@@ -372,13 +444,31 @@ def _lstsq_cov(J: np.ndarray, r: np.ndarray, where: str, names) -> tuple[np.ndar
     if sv[-1] <= sv[0] * 1e-10:
         raise ValueError(f"{where}: stage-2 regressor is rank deficient; coefficient "
                          f"{names[int(np.argmax(np.abs(Vt[-1])))]} cannot be identified")
-    sigma2 = float(r @ r) / (N - p)
-    V = Vt.T / sv
-    cov = (V @ V.T) * sigma2 / np.outer(scale, scale)
-    return cov, sigma2
+    return ((U * r[:, None]) / sv) @ Vt / scale
+
+
+def _serial_cov(Psi: np.ndarray, serial, n_params: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Covariance of sum_k Psi_k for serially correlated, heteroscedastic terms.
+
+    Heteroscedasticity-consistent sandwich (J^T J)^-1 (sum_k r_k^2 J_k J_k^T) (J^T J)^-1 =
+    Psi^T Psi with the small-sample factor N / (N - p) (HC1), then each coefficient's variance
+    multiplied by the integrated autocorrelation time tau_i of its own influence series Psi[:, i]
+    (estimators.integrated_autocorr_time; serial="auto"), covariances by sqrt(tau_i tau_j).
+    Var(sum_k psi_k) = tau Var(psi) N for a stationary series, so the diagonal is the long-run
+    (HAC) variance with a data-chosen lag window. serial=None: tau = 1 (independent samples).
+    n_params: number of fitted coefficients for the HC1 factor (default p; give it when Psi holds
+    a subset or a transformation of the coefficients' influence series).
+    Returns cov (p, p) and tau (p,) [samples]."""
+    N, p = Psi.shape
+    tau = integrated_autocorr_time(Psi) if serial == "auto" else np.ones(p)
+    st = np.sqrt(tau)
+    cov = (Psi.T @ Psi) * (N / (N - (p if n_params is None else n_params))) * np.outer(st, st)
+    return cov, tau
 
 
 XI_REL_STD_MAX = 0.1   # 1/(1 - xi) must be known to 10 % for xi to count as identified
+XI_PLAUSIBLE_MAX = 0.8  # largest reducer friction considered (the paper's Table 2: a1 <= 0.804)
 
 
 def _gauss_newton(resid, jac, theta, k, M, where, max_iter: int = 50):
@@ -408,36 +498,136 @@ def _gauss_newton(resid, jac, theta, k, M, where, max_iter: int = 50):
     return theta
 
 
-def _linear_start(tau_m, tau_r, Phi, names_c, where):
-    """Linear fit tau_m = b tau_r + Phi c, b = 1/(1 - xi_lin): returns (sol, std of b)."""
+NOISE_FRACTION_MAX = 0.5   # a regressor column more than half sensor noise: not identified
+
+
+def _noise_columns(u: np.ndarray, udd, lead: np.ndarray, m: int) -> np.ndarray:
+    """Noise part Jn (N, k + m) of a stage-2 regressor / Jacobian when the measured
+    tau_r = true + u: lead (N, k) * u in the k leading (xi or b) columns, udd (the noise's second
+    derivative, if the last of the m Phi columns is taudd_r) in the last column, 0 elsewhere."""
+    k = lead.shape[1]
+    Jn = np.zeros((u.shape[0], k + m))
+    Jn[:, :k] = lead * u[:, None]
+    if udd is not None:
+        Jn[:, -1] = udd
+    return Jn
+
+
+def _eiv_bias(J: np.ndarray, Jn: np.ndarray, eps_of) -> tuple[np.ndarray, np.ndarray]:
+    """Errors-in-variables bias of a stage-2 least-squares fit.
+
+    The measured tau_r enters the regressor (and its second derivative the compliance column),
+    so the regressor carries the noise part Jn (:func:`_noise_columns`) and the residual the
+    noise eps; they are correlated, and to first order theta_hat - theta = -(J^T J)^-1 g(theta)
+    with g = Jn^T eps(theta) at the TRUE theta (the classic attenuation of a noisy regressor plus
+    the cross term of tau_r's noise with its own second derivative). With theta = theta_hat -
+    bias and d eps / d theta = Jn this gives (J^T J - Jn^T Jn) bias = -g(theta_hat), the
+    corrected-least-squares bias.
+
+    A column whose noise power exceeds NOISE_FRACTION_MAX of its total power is *dominated* by
+    the noise: its coefficient is not identifiable from these data (the correction divides by
+    its signal power, which the noise proxy cannot resolve). Such columns are left out of the
+    correction term, `eps_of(dominated)` may take their true coefficient as 0 (stage 2 does so
+    for the compliance coefficient J'_m/K, ~1e-5 on real joints), and the caller reports their
+    std as NaN. If J^T J - Jn^T Jn is not positive definite
+    (noise proxy larger than the signal) the plain first-order bias -(J^T J)^-1 g is used.
+
+    Args: J, Jn (N, p); eps_of: callable (p,) bool -> (N,) the residual's noise part with the
+        flagged coefficients set to 0.
+    Returns: bias (p,), dominated (p,) bool."""
+    jj = np.sum(J ** 2, axis=0)
+    frac = np.sum(Jn ** 2, axis=0) / np.where(jj > 0, jj, np.inf)
+    dom = frac > NOISE_FRACTION_MAX
+    g = Jn.T @ eps_of(dom)
+    d = np.sqrt(np.where(jj > 0, jj, 1.0))
+    Js = Jn * ~dom
+    A = (J.T @ J) / np.outer(d, d)
+    C = A - (Js.T @ Js) / np.outer(d, d)
+    try:
+        bias = -sla.cho_solve(sla.cho_factor(C), g / d) / d
+    except np.linalg.LinAlgError:
+        bias = -np.linalg.lstsq(A, g / d, rcond=None)[0] / d
+    return bias, dom
+
+
+def _linear_start(tau_m, tau_r, Phi, names_c, where, serial="auto", u=None, udd=None):
+    """Linear fit tau_m = b tau_r + Phi c, b = 1/(1 - xi_lin): returns (sol, std of b).
+
+    The std is the serially corrected sandwich (:func:`_serial_cov`); with a noise proxy `u` (N,)
+    of tau_r (and `udd` its second derivative when Phi has the taudd_r column) the
+    errors-in-variables bias of b (:func:`_eiv_bias`) is added in quadrature, and the std is
+    inf if the tau_r column is dominated by the noise."""
     A = np.column_stack([tau_r, Phi])
     sol, *_ = np.linalg.lstsq(A, tau_m, rcond=None)
-    cov_lin, _ = _lstsq_cov(A, tau_m - A @ sol, where, ["1/(1-xi)"] + list(names_c))
-    return sol, float(np.sqrt(cov_lin[0, 0]))
+    Psi = _influence(A, tau_m - A @ sol, where, ["1/(1-xi)"] + list(names_c))
+    cov_lin, _ = _serial_cov(Psi[:, :1], serial, n_params=A.shape[1])
+    var_b = cov_lin[0, 0]
+    if u is not None:
+        Jn = _noise_columns(u, udd, np.ones((A.shape[0], 1)), Phi.shape[1])
+        bias, dom = _eiv_bias(A, Jn, lambda z: (sol[0] * u if not z[0] else 0.0 * u)
+                              + (sol[-1] * udd if udd is not None and not z[-1] else 0.0))
+        var_b = np.inf if dom[0] else var_b + bias[0] ** 2
+    return sol, float(np.sqrt(var_b))
 
 
-def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None):
+def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="auto",
+                      u=None, udd=None):
     """Least squares of tau_m = tau_r / (1 - M xi) + Phi c for one joint.
 
     Args: tau_m, tau_r (N,); Phi (N, m); M (N, k); names (k + m,); start: the joint's
-        :func:`_linear_start` (shared between variants), computed if None.
-    Returns: theta = [xi, c] (k + m,), cov (k + m, k + m), residual RMS [N*m], xi_identified.
+        :func:`_linear_start` (shared between variants), computed if None; serial: "auto" or
+        None (see :func:`_serial_cov`); u (N,): proxy of the measurement noise in tau_r (the
+        stage-1 residual) and udd (N,) its second derivative (when Phi has the taudd_r column),
+        or None to ignore errors in variables.
+    Returns: theta = [xi, c] (k + m,), cov (k + m, k + m), residual RMS [N*m], xi_identified,
+        Psi (N, k + m) the influence series (:func:`_influence`; zero in the xi columns if xi is
+        not identified), tau (k + m,) integrated autocorrelation time per coefficient [samples],
+        biases (b, k + m) bias vectors included in cov as bias bias^T: [0] the estimated
+        errors-in-variables bias, [1] (xi not identified only) the xi-absorption bound,
+        dominated (k + m,) bool: column dominated by the sensor noise (coefficient not
+        identifiable, variance NaN).
+    cov = serially corrected sandwich + bias bias^T (:func:`_eiv_bias`; with the stage-1
+    residual as u -- sensor noise plus link-model error -- the bias is over- rather than
+    under-estimated, so it is added to the covariance, not subtracted from theta).
     If the torque-sensor signal of this joint is too small against the noise to fix
     b = 1/(1 - xi) to XI_REL_STD_MAX (e.g. an unloaded wrist joint), xi is not identifiable:
-    it is fixed at 0, its variance is NaN and xi_identified is False.
+    it is fixed at 0, its variance is NaN and xi_identified is False; the other coefficients
+    then absorb xi tau'_r, and the absorption for xi = XI_PLAUSIBLE_MAX is added to their
+    covariance (and to the a's) like a bias.
     """
     k = M.shape[1]
-    sol, sb = _linear_start(tau_m, tau_r, Phi, names[k:], where) if start is None else start
+    m = Phi.shape[1]
+    if start is None:
+        start = _linear_start(tau_m, tau_r, Phi, names[k:], where, serial, u, udd)
+    sol, sb = start
     b = sol[0]
     xi_identified = bool(b > 0 and sb < XI_REL_STD_MAX * b)
+
+    def c5(th, z):
+        return th[-1] * udd if udd is not None and not z[-1] else 0.0
+
     if not xi_identified:
         sol_c, *_ = np.linalg.lstsq(Phi, tau_m - tau_r, rcond=None)
         r = tau_r + Phi @ sol_c - tau_m
-        cov_c, _ = _lstsq_cov(Phi, r, where, names[k:])
-        cov = np.full((k + Phi.shape[1],) * 2, np.nan)
-        cov[k:, k:] = cov_c
+        Psi_c = _influence(Phi, r, where, names[k:])
+        cov_c, tau_c = _serial_cov(Psi_c, serial)
+        bias = np.zeros(k + m)
+        dom = np.zeros(k + m, bool)
+        if u is not None:
+            Jn = _noise_columns(u, udd, np.zeros((Phi.shape[0], 0)), m)
+            bias[k:], dom[k:] = _eiv_bias(Phi, Jn, lambda z: u + c5(sol_c, z))
+        # c absorbs xi tau'_r = (b - 1) tau_r with b = 1/(1 - xi) unknown: add the largest
+        # plausible absorption (xi = XI_PLAUSIBLE_MAX) in quadrature
+        absorb, *_ = np.linalg.lstsq(Phi, tau_r * (1.0 / (1.0 - XI_PLAUSIBLE_MAX) - 1.0),
+                                     rcond=None)
+        cov = np.full((k + m,) * 2, np.nan)
+        cov[k:, k:] = cov_c + np.outer(bias[k:], bias[k:]) + np.outer(absorb, absorb)
+        cov[dom, :] = np.nan
+        cov[:, dom] = np.nan
+        Psi = np.concatenate([np.zeros((Phi.shape[0], k)), Psi_c], axis=1)
         return (np.concatenate([np.zeros(k), sol_c]), cov, float(np.sqrt(np.mean(r ** 2))),
-                False)
+                False, Psi, np.concatenate([np.full(k, np.nan), tau_c]),
+                np.stack([bias, np.concatenate([np.zeros(k), absorb])]), dom)
 
     def resid(th):
         h = 1.0 / (1.0 - M @ th[:k])
@@ -457,28 +647,51 @@ def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None):
                          f"makes 1 - xi <= 0 (the joint would transmit no torque); the data do "
                          f"not support this friction variant")
     r = resid(theta)
-    cov, _ = _lstsq_cov(jac(theta), r, where, names)
-    return theta, cov, float(np.sqrt(np.mean(r ** 2))), True
+    J = jac(theta)
+    Psi = _influence(J, r, where, names)
+    cov, tau = _serial_cov(Psi, serial)
+    bias = np.zeros(k + m)
+    dom = np.zeros(k + m, bool)
+    if u is not None:
+        h = 1.0 / (1.0 - M @ theta[:k])
+        Jn = _noise_columns(u, udd, (h * h)[:, None] * M, m)
+        bias, dom = _eiv_bias(J, Jn, lambda z: h * u + c5(theta, z))
+        cov = cov + np.outer(bias, bias)
+        cov[dom, :] = np.nan
+        cov[:, dom] = np.nan
+    return theta, cov, float(np.sqrt(np.mean(r ** 2))), True, Psi, tau, bias[None], dom
 
 
-def _paper_a(theta: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Linear variant: a1 = xi, a_k = (1 - xi) c_k, with delta-method std."""
+def _paper_a(theta: np.ndarray, Psi: np.ndarray, xi_identified: bool, serial="auto",
+             biases: np.ndarray | None = None, dominated: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Linear variant: a1 = xi, a_k = (1 - xi) c_k, std by the delta method applied to the
+    influence series (Psi_a = Psi G^T, G = da/dtheta), so that the serial correction of
+    :func:`_serial_cov` uses each a's own autocorrelation time; the bias vectors `biases`
+    (b, p) of :func:`_fit_stage2_joint` (G bias) are added in quadrature as for theta, and a
+    coefficient whose column is dominated by the sensor noise (`dominated`, theta order) gets
+    std NaN. a1's std is NaN if xi was not identified (fixed at 0); without the compliance
+    column a5 = 0 with std 0."""
     xi, c = theta[0], theta[1:]
-    xi_fixed = not np.isfinite(cov[0, 0])
-    cov = np.nan_to_num(cov, nan=0.0)               # xi fixed (not identified): no variance
     a = np.concatenate([[xi], (1.0 - xi) * c])
     G = np.zeros((a.size, theta.size))
     G[0, 0] = 1.0
     G[1:, 0] = -c
     G[1:, 1:] = np.eye(c.size) * (1.0 - xi)
-    a_cov = G @ cov @ G.T
+    Psi_a = Psi @ G.T
+    bias_a = (np.atleast_2d(biases) @ G.T if biases is not None
+              else np.zeros((1, a.size)))                                   # (b, 5)
+    if not xi_identified:                            # a1 fixed at 0: no influence series
+        Psi_a, bias_a = Psi_a[:, 1:], bias_a[:, 1:]
+    a_cov, _ = _serial_cov(Psi_a, serial, n_params=Psi.shape[1] - (0 if xi_identified else 1))
+    a_std = np.sqrt(np.clip(np.diag(a_cov) + np.sum(bias_a ** 2, axis=0), 0, None))
+    if not xi_identified:
+        a_std = np.concatenate([[np.nan], a_std])
+    if dominated is not None:
+        a_std = np.where(dominated, np.nan, a_std)
     if a.size < 5:                                   # no compliance column: a5 = 0 by choice
         a = np.concatenate([a, [0.0]])
-        a_std = np.concatenate([np.sqrt(np.diag(a_cov)), [0.0]])
-    else:
-        a_std = np.sqrt(np.clip(np.diag(a_cov), 0, None))
-    if xi_fixed:
-        a_std[0] = np.nan
+        a_std = np.concatenate([a_std, [0.0]])
     return a, a_std
 
 
@@ -502,6 +715,13 @@ class ImprovedModel:
         terms, coulomb_eps: link-side friction columns of stage 1 (friction.joint_columns).
         load_eps: [rad/s] smoothing of sign(qd) in the opposing reducer-friction term.
         compliance: include the taudd_r (compliance) column (the paper's a5).
+        serial: stage-2 uncertainty: "auto" (default) corrects for serially correlated residuals
+            (processed data are low-pass filtered and smoothed) by each coefficient's integrated
+            autocorrelation time; None assumes independent samples (see :func:`_serial_cov`).
+            Stage 1 takes its own setting from the estimator (estimators.py, ``serial=``).
+        errors_in_variables: add the estimated bias from the noise of the measured tau_r (a
+            stage-2 regressor) to the stage-2 covariance (default True; see
+            :func:`_fit_stage2_joint`); False ignores it.
 
     After :meth:`fit`: ``stage1_`` (fitted estimator: params_, std_, ...), ``names1_``,
     ``friction_term_`` (variant used), ``stage2_`` (its Stage2Result), ``stage2_all_``
@@ -511,7 +731,8 @@ class ImprovedModel:
 
     def __init__(self, model, base, estimator="wls", friction_term: str = "linear", *,
                  terms=("viscous", "coulomb"), coulomb_eps: float = 0.0, load_eps: float = 0.02,
-                 compliance: bool = True, variants=FRICTION_VARIANTS):
+                 compliance: bool = True, variants=FRICTION_VARIANTS,
+                 serial: str | None = "auto", errors_in_variables: bool = True):
         if friction_term not in FRICTION_VARIANTS + ("auto",):
             raise ValueError(f"unknown friction_term {friction_term!r}; choose one of "
                              f"{FRICTION_VARIANTS + ('auto',)}")
@@ -528,6 +749,8 @@ class ImprovedModel:
         self.coulomb_eps = float(coulomb_eps)
         self.load_eps = float(load_eps)
         self.compliance = bool(compliance)
+        self.serial = _check_serial(serial)
+        self.errors_in_variables = bool(errors_in_variables)
         need = ("linear", "opposing") if friction_term == "auto" else (friction_term,)
         self.variants = tuple(dict.fromkeys(tuple(variants) + need))
 
@@ -561,8 +784,20 @@ class ImprovedModel:
         g = np.sign(tau_j)
         phi_names = list(PHI_NAMES[:Phi.shape[2]])
         self.stage2_all_ = {}
+        if self.errors_in_variables:
+            # noise proxy of the measured tau_r: the stage-1 residual (sensor noise + link-model
+            # error, so the bias bound it gives is conservative)
+            u = tau_j - W @ self.params_
+            udd = second_derivative(t, u) if self.compliance else None
+        else:
+            u = udd = None
+
+        def col(x, j):
+            return None if x is None else x[:, j]
         starts = [_linear_start(tau_m[:, j], tau_j[:, j], Phi[:, j], phi_names,
-                                f"stage 2, joint {self.model.joint_names[j]}") for j in range(n)]
+                                f"stage 2, joint {self.model.joint_names[j]}", self.serial,
+                                col(u, j), col(udd, j))
+                  for j in range(n)]
         for variant in self.variants:
             res = Stage2Result(variant)
             for j in range(n):
@@ -570,18 +805,20 @@ class ImprovedModel:
                 M = _multipliers(variant, s[:, j], g[:, j])
                 nm = _xi_names(variant) + phi_names
                 try:
-                    th, cov, rms, ok = _fit_stage2_joint(
+                    th, cov, rms, ok, Psi, tau, biases, dom = _fit_stage2_joint(
                         tau_m[:, j], tau_j[:, j], Phi[:, j], M, nm,
-                        f"stage 2 ({variant}), joint {jn}", start=starts[j])
+                        f"stage 2 ({variant}), joint {jn}", start=starts[j], serial=self.serial,
+                        u=col(u, j), udd=col(udd, j))
                 except ValueError:
                     if variant == self.friction_term or (self.friction_term == "auto"
                                                          and variant == "linear"):
                         raise
                     res = None
                     break
-                sj = Stage2Joint(jn, variant, nm, th, cov, rms, N, xi_identified=ok)
+                sj = Stage2Joint(jn, variant, nm, th, cov, rms, N, xi_identified=ok,
+                                 tau_int=tau, eiv_bias=biases[0], noise_dominated=dom)
                 if variant == "linear":
-                    sj.a, sj.a_std = _paper_a(th, cov)
+                    sj.a, sj.a_std = _paper_a(th, Psi, ok, self.serial, biases, dom)
                 res.joints.append(sj)
             if res is not None:
                 self.stage2_all_[variant] = res

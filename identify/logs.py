@@ -18,7 +18,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from .recording import Recording
 from .scenario import ColumnMap, LogSpec
@@ -35,17 +34,13 @@ class LogError(ValueError):
 
 
 def gains_from_drives(drives_path, joint_names) -> np.ndarray:
-    """(n,) link-side current gains eta*beta [N*m/A] for `joint_names` from a drive YAML."""
-    data = yaml.safe_load(Path(drives_path).read_text())
-    by_name = {j["name"]: j for j in data.get("joints", [])}
-    out = []
-    for name in joint_names:
-        if name not in by_name:
-            raise LogError(f"{drives_path}: no drive entry for joint {name!r} "
-                           f"(has {sorted(by_name)})")
-        j = by_name[name]
-        out.append(float(j["gear_ratio"]) * float(j["torque_constant_Nm_A"]))
-    return np.asarray(out)
+    """(n,) link-side current gains eta*beta [N*m/A] for `joint_names` from a drive YAML
+    (read by :func:`identify.drives.load_drives`; its errors name file, joint and key)."""
+    from .drives import load_drives
+    try:
+        return load_drives(drives_path, list(joint_names)).array("torque_factor")
+    except (ValueError, FileNotFoundError) as exc:
+        raise LogError(str(exc)) from None
 
 
 def load_log(spec: LogSpec, joint_names, *, gains=None, where: str | None = None) -> Recording:

@@ -36,12 +36,14 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from .jsonutil import to_jsonable
 from . import progress
 from .scenario import Scenario, TrajectorySpec
 
 __all__ = ["SafetyRefusal", "RunResult", "Identification", "build_model", "make_problem",
            "get_trajectory", "record", "identify_recordings", "run_scenario", "fit_scenario",
-           "trajectories_only", "run_folder", "cache_dir"]
+           "trajectories_only", "run_folder", "cache_dir", "preflight", "true_link_parameters",
+           "twin_settings", "payload_in_model_frame", "perturbed_inertials", "prior_parameters"]
 
 PAPER_IMPROVEMENT = {"excitation": -59.58, "validation": -7.52}
 
@@ -206,7 +208,9 @@ def _rms(err: np.ndarray) -> dict:
     return {"per_joint": per.tolist(), "overall": float(np.sqrt(np.mean(err ** 2)))}
 
 
-def _table(names, value, std=None, truth=None) -> dict:
+def _table(names, value, std=None, truth=None, poorly_excited=None) -> dict:
+    """YAML-able parameter table. `poorly_excited`: (p,) bool flags (the estimator's
+    ``poorly_excited_``: std > |value|) -> ``poorly_excited`` list + ``poorly_excited_count``."""
     value = np.asarray(value, float)
     t = {"names": [str(n) for n in names], "value": value.tolist()}
     if std is not None:
@@ -215,6 +219,12 @@ def _table(names, value, std=None, truth=None) -> dict:
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.where(value != 0, 100.0 * std / np.abs(value), np.inf)
         t["rel_std_percent"] = [float(x) if np.isfinite(x) else None for x in rel]
+    if poorly_excited is not None:
+        pe = np.asarray(poorly_excited, bool).reshape(-1)
+        if pe.size != value.size:
+            raise ValueError(f"poorly_excited has {pe.size} flags for {value.size} parameters")
+        t["poorly_excited"] = [bool(x) for x in pe]
+        t["poorly_excited_count"] = int(pe.sum())
     if truth is not None:
         truth = np.asarray(truth, float)
         t["truth"] = truth.tolist()
@@ -224,46 +234,156 @@ def _table(names, value, std=None, truth=None) -> dict:
     return t
 
 
-def true_link_parameters(scn: Scenario, model) -> dict | None:
-    """Ground truth the twin knows (twin runs only): the link-side rigid body -- the URDF's
-    inertia plus the payload on the last link -- and the drive file's link friction (with the
-    scenario's drive overrides). None when it cannot be known (hardware, no drive file)."""
+#: twin options under which the twin's friction is not a constant-parameter law, per stage
+_NOT_CONSTANT = {
+    "stribeck": "stribeck: true -- the Coulomb level depends on speed (Stribeck peak)",
+    "coulomb_asymmetry": "coulomb_asymmetry != 0 -- Coulomb friction differs by direction",
+    "friction_drift": "friction_drift != 0 -- Coulomb and viscous friction drift during warm-up",
+}
+
+
+def twin_settings(scn: Scenario, recs: dict | None = None) -> dict | None:
+    """The twin's resolved settings (every key, defaults filled): the ones the twin recorded in
+    ``Recording.meta['settings']`` when available (what it really ran with), else the scenario's
+    ``twin`` section resolved by the twin's own validator (imported by name). None if unknown."""
+    for rec in (recs or {}).values():
+        meta = getattr(rec, "meta", None) or {}
+        if meta.get("backend") == "twin" and isinstance(meta.get("settings"), dict):
+            return dict(meta["settings"])
+    try:
+        from importlib import import_module
+        from .scenario import SETTINGS_VALIDATORS
+        mod, cls, meth = SETTINGS_VALIDATORS["twin"]
+        obj = getattr(getattr(import_module(mod), cls), meth)(dict(scn.twin))
+        return obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
+    except Exception:  # noqa: BLE001 -- the twin package is not installed
+        return None
+
+
+def payload_in_model_frame(urdf, model, payload) -> np.ndarray:
+    """Standard 10-vector of a flange payload in the frame of the model's last link.
+
+    The twin fixes the payload to the child link of the URDF's last moving joint (the flange
+    frame). When the model is a joint subset that leaves out the last joints, they are locked at
+    zero and the payload is carried by the model's last link: its 10-vector is moved through the
+    chain's placements (identify.spatial.combine_inertials)."""
+    from .spatial import combine_inertials, params_from_inertial
+    from .urdf import load_chain
+    Ixx, Iyy, Izz, Ixy, Ixz, Iyz = payload.inertia_kgm2
+    I_c = np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]])
+    p_flange = params_from_inertial(payload.mass_kg, np.asarray(payload.com_m, float), I_c)
+    full = load_chain(urdf)
+    last = model.joint_names[-1]
+    if last not in full.joint_names:
+        raise ValueError(f"{urdf}: the model's last joint {last!r} is not a moving joint of the URDF")
+    k = list(full.joint_names).index(last)
+    T = np.eye(4)
+    for i in range(k + 1, len(full.joint_names)):   # locked at q = 0: joint i in joint i-1's frame
+        T = T @ full.placements[i]
+    return combine_inertials([(T, p_flange)])
+
+
+def true_link_parameters(scn: Scenario, model, settings: dict | None = None) -> dict | None:
+    """Ground truth the twin knows (twin runs only), from the drive file through the one loader
+    (identify.drives, with the twin's drive overrides) and the twin's resolved `settings`
+    (:func:`twin_settings`): the link-side rigid body (URDF inertia + payload moved into the model's
+    last link frame), link friction (stage 1) and the drive coefficients (stage 2).
+
+    ``applicable`` = {"stage1": bool, "stage2": bool} and ``not_applicable`` = {stage: [reasons]}
+    say when a twin option makes a constant-parameter truth meaningless (Stribeck, Coulomb
+    asymmetry, friction drift on an active friction source; drive_model false for stage 2).
+    None when no truth can be known (hardware, no drive file, twin settings unknown)."""
     if scn.backend != "twin" or scn.arm.drives is None:
         return None
+    s = twin_settings(scn) if settings is None else dict(settings)
+    if s is None:
+        return None
+    from .drives import load_drives
+    drv = load_drives(scn.arm.drives, list(model.joint_names), s.get("drive_overrides") or {},
+                      where="twin.drive_overrides")
     p = model.inertial_parameters()
     if scn.arm.payload is not None:
         p = p.copy()
-        p[-10:] += _payload_params(scn.arm.payload)
-    drv = yaml.safe_load(Path(scn.arm.drives).read_text())
-    ov = (scn.twin.get("drive_overrides") or {})
-    by = {j["name"]: {**j, **(ov.get(j["name"]) or {})} for j in drv["joints"]}
-    lc = np.array([by[j]["link_coulomb_Nm"] for j in model.joint_names], float)
-    lv = np.array([by[j]["link_viscous_Nms_rad"] for j in model.joint_names], float)
-    if scn.twin.get("link_friction", True) is False:
-        lc, lv = lc * 0, lv * 0
-    col = {k: np.array([float(by[j][k]) for j in model.joint_names]) for k in
-           ("gear_ratio", "J_m_kgm2", "motor_coulomb_Nm", "motor_viscous_Nms_rad", "xi_gf",
-            "xi_sf", "stiffness_Nm_rad")}
-    J_r = col["gear_ratio"] ** 2 * col["J_m_kgm2"]
-    on = {k: scn.twin.get(k, True) is not False for k in ("motor_friction", "harmonic_friction")}
-    xi = (col["xi_gf"] + col["xi_sf"]) * on["harmonic_friction"]
+        p[-10:] += payload_in_model_frame(scn.arm.urdf, model, scn.arm.payload)
+    drive_model = s.get("drive_model", True) is not False
+    on = {k: drive_model and s.get(k, True) is not False
+          for k in ("motor_friction", "harmonic_friction", "link_friction")}
+    lc = drv.array("link_coulomb") * on["link_friction"]
+    lv = drv.array("link_viscous") * on["link_friction"]
+    active = []
+    if s.get("stribeck", False):
+        active.append(_NOT_CONSTANT["stribeck"])
+    if np.any(np.asarray(s.get("coulomb_asymmetry", 0.0) or 0.0, float) != 0):
+        active.append(_NOT_CONSTANT["coulomb_asymmetry"])
+    if float(s.get("friction_drift", 0.0) or 0.0) != 0:
+        active.append(_NOT_CONSTANT["friction_drift"])
+    na = {"stage1": [f"{r} (link friction)" for r in active] if on["link_friction"] else [],
+          "stage2": [f"{r} (motor friction)" for r in active] if on["motor_friction"] else []}
+    if not drive_model:
+        na["stage2"].append("drive_model: false -- the twin has no drive (no motor inertia, "
+                            "friction or compliance; tau_m = tau_j), so there are no stage-2 "
+                            "coefficients to compare with")
+    xi = drv.array("xi") * on["harmonic_friction"]
+    J_r = drv.array("J_r") * drive_model
     # stage-2 coefficients by name (docs/joint_models.md). The twin's reducer loss always opposes
     # motion, so its truth is xi_opp = xi_gf + xi_sf (and no linear part).
     stage2 = {"xi_opp": xi, "xi_lin": np.zeros_like(xi),
-              "f_mc": col["motor_coulomb_Nm"] * on["motor_friction"],
-              "f_mv": col["motor_viscous_Nms_rad"] * on["motor_friction"], "J_m": J_r,
-              "J_m/K": J_r / col["stiffness_Nm_rad"]}
-    return {"inertial": p, "viscous": lv, "coulomb": lc, "stage2": stage2,
-            "note": "the twin's URDF inertia" + (" + payload" if scn.arm.payload else "")
-                    + " and the drive file's link-side friction"}
+              "f_mc": drv.array("motor_coulomb") * on["motor_friction"],
+              "f_mv": drv.array("motor_viscous") * on["motor_friction"], "J_m": J_r,
+              "J_m/K": J_r / drv.array("stiffness")}
+    note = ("the twin's URDF inertia" + (" + payload" if scn.arm.payload else "")
+            + " and the drive file's link-side friction"
+            + ("" if on["link_friction"] else " (switched off: 0)"))
+    return {"inertial": p, "viscous": lv, "coulomb": lc, "stage2": stage2, "note": note,
+            "applicable": {k: not v for k, v in na.items()}, "not_applicable": na,
+            "settings_source": "given" if settings is not None else "scenario"}
 
 
-def _payload_params(pl) -> np.ndarray:
-    """Standard 10-vector of a payload in the last link frame."""
-    from .spatial import params_from_inertial
-    Ixx, Iyy, Izz, Ixy, Ixz, Iyz = pl.inertia_kgm2
-    I_c = np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]])
-    return params_from_inertial(pl.mass_kg, np.asarray(pl.com_m, float), I_c)
+def perturbed_inertials(p, rel: float, seed: int) -> np.ndarray:
+    """A CAD-like prior: each link's mass and rotational inertia (about its CoM) scaled by
+    independent factors 1 + U(-rel, rel) (seeded), CoM kept. Uniform positive scaling keeps every
+    link physically consistent (positive mass, positive-definite inertia, triangle inequalities).
+    p: (10n,) standard parameters -> (10n,)."""
+    from .spatial import inertial_from_params, params_from_inertial
+    p = np.asarray(p, float)
+    if not 0 <= rel < 1:
+        raise ValueError(f"prior_error must be within [0, 1), got {rel}")
+    rng = np.random.default_rng(seed)
+    n = p.size // 10
+    f = 1.0 + rng.uniform(-rel, rel, size=(n, 2))
+    out = p.copy()
+    for k in range(n):
+        pk = p[10 * k:10 * k + 10]
+        if pk[0] <= 0:
+            continue
+        m, c, I_c = inertial_from_params(pk)
+        out[10 * k:10 * k + 10] = params_from_inertial(m * f[k, 0], c, I_c * f[k, 1])
+    return out
+
+
+def prior_parameters(scn: Scenario, model, recs: dict | None = None) -> tuple[np.ndarray | None, dict]:
+    """(prior full inertial (10n,) or None, facts) for identification.prior (auto: perturbed
+    when the data come from the twin -- whose truth IS the URDF -- else urdf)."""
+    ident = scn.identification
+    kind = getattr(ident, "prior", "auto")
+    from_twin = any((getattr(r, "meta", None) or {}).get("backend") == "twin"
+                    for r in (recs or {}).values())
+    if kind == "auto":
+        kind = "perturbed" if from_twin else "urdf"
+    info = {"kind": kind, "requested": getattr(ident, "prior", "auto")}
+    if kind == "none":
+        info["note"] = "no prior: the best physically consistent fit (ties broken towards 0)"
+        return None, info
+    p = model.inertial_parameters()
+    if kind == "urdf":
+        info["note"] = ("the URDF's CAD values" + (" -- on the twin these ARE the ground truth, "
+                                                   "which flatters the result" if from_twin else ""))
+        return p, info
+    rel, seed = float(ident.prior_error), int(ident.prior_seed)
+    info.update(error=rel, seed=seed,
+                note=f"the URDF's masses and inertias with seeded CAD errors of +-{100 * rel:g} % "
+                     f"(seed {seed}), still physically consistent")
+    return perturbed_inertials(p, rel, seed), info
 
 
 def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_truth: bool = True,
@@ -317,8 +437,23 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
                                        terms=terms).fit(d_exc, W["excitation"])
     from .validation import true_base_parameters, validate
     truth_base, truth_note = None, None
-    truth = true_link_parameters(scn, model) if want_truth else None
-    if truth is not None:
+    truth = None
+    if want_truth:
+        try:
+            truth = true_link_parameters(scn, model, twin_settings(scn, recs))
+            if truth is not None:
+                truth["settings_source"] = "recording" if any(
+                    isinstance((getattr(r, "meta", None) or {}).get("settings"), dict)
+                    for r in recs.values()) else "scenario"
+        except ValueError as exc:
+            warnings.append(f"no parameter truth: {exc}")
+    if truth is not None and not truth["applicable"]["stage1"]:
+        warnings.append("stage-1 parameter truth not applicable: "
+                        + "; ".join(truth["not_applicable"]["stage1"]))
+    if truth is not None and not truth["applicable"]["stage2"]:
+        warnings.append("stage-2 coefficient truth not applicable: "
+                        + "; ".join(truth["not_applicable"]["stage2"]))
+    if truth is not None and truth["applicable"]["stage1"]:
         try:
             truth_base = true_base_parameters(model, base, link_viscous=truth["viscous"],
                                               link_coulomb=truth["coulomb"], terms=terms,
@@ -359,20 +494,35 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     perr = {}
     urdf_params = None
     if sm is not None:
-        tb = _table(sm.names_, sm.params_, sm.std_)
+        tb = _table(sm.names_, sm.params_, sm.std_,
+                    poorly_excited=getattr(sm.estimator_, "poorly_excited_", None))
         tb["note"] = ("simplified model: rigid-body base parameters + Coulomb/viscous friction "
                       "fitted to the motor torque eta*beta*i (the drive's losses are lumped into "
                       "these parameters, so the twin's link-side truth does not apply).")
         params["models"]["simplified"] = {"rigid_body": tb}
     if im is not None:
-        tb = _table(im.names1_, im.params_, im.std_, truth_base)
+        tb = _table(im.names1_, im.params_, im.std_, truth_base,
+                    poorly_excited=getattr(im.stage1_, "poorly_excited_", None))
         tb["note"] = ("improved model, stage 1: base parameters + link-side friction from the joint "
                       "torque sensor" + (f" (truth: {truth_note})" if truth_base is not None else ""))
         s2 = im.stage2_
         stage2 = {"variant": s2.variant, "names": list(s2.names), "joints": [j.joint for j in s2.joints],
                   "params": s2.params.tolist(), "std": s2.std.tolist(),
                   "rms_Nm": s2.rms.tolist()}
-        if truth is not None and s2.variant != "linear":
+        # per joint and coefficient: the joint-models module's flag (std > |value|); the same
+        # criterion computed here for a module version without it
+        pe2 = getattr(s2, "poorly_excited", None)
+        if pe2 is None:
+            pe2 = ~(np.asarray(s2.std, float) <= np.abs(np.asarray(s2.params, float)))
+        pe2 = np.asarray(pe2, bool)
+        stage2["poorly_excited"] = pe2.tolist()
+        stage2["poorly_excited_count"] = int(pe2.sum())
+        ape = getattr(s2, "a_poorly_excited", None)
+        if ape is not None:
+            stage2["a_poorly_excited"] = np.asarray(ape, bool).tolist()
+        if truth is not None and not truth["applicable"]["stage2"]:
+            stage2["truth_not_applicable"] = list(truth["not_applicable"]["stage2"])
+        if truth is not None and s2.variant != "linear" and truth["applicable"]["stage2"]:
             t2 = np.array([[truth["stage2"][nm][j] for nm in s2.names] for j in range(model.n)])
             stage2["truth"] = t2.tolist()
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -396,7 +546,9 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
                 "max_abs_error_percent": float(np.max(rel)) if rel.size else None,
                 "rel_error_percent": [None if not np.isfinite(x) else float(x) for x in pe.rel_error],
                 "z": [None if not np.isfinite(x) else float(x) for x in pe.z]}
-    # full parameters for the URDF: consistent fit, else the closest to the URDF prior
+    # full parameters for the URDF: consistent fit, else the closest to the prior
+    prior_inertial, prior_info = prior_parameters(scn, model, recs)
+    params["prior"] = dict(prior_info)
     cf = None
     full, how = None, ""
     src = im if im is not None else sm
@@ -406,20 +558,25 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
         from .friction import full_regressor
         with progress.step("physically consistent fit", timings):
             Wf = full_regressor(model, d_exc.q, d_exc.qd, d_exc.qdd, terms)
-            prior = np.concatenate([model.inertial_parameters(), np.zeros(len(terms) * model.n)])
+            prior = None if prior_inertial is None else \
+                np.concatenate([prior_inertial, np.zeros(len(terms) * model.n)])
             cf = ConsistentFit(model, base, terms=terms, prior=prior).fit(
                 Wf, getattr(d_exc, y_label))
         params["models"]["consistent"] = {"full": {
             **_table(list(base.full_names), cf.params_),
-            "note": f"physically consistent full parameters fitted to {y_label}"}}
-        full, how = np.asarray(cf.params_, float), "physically consistent fit"
+            "note": f"physically consistent full parameters fitted to {y_label}; prior: "
+                    f"{prior_info['kind']} ({prior_info['note']})"}}
+        full, how = np.asarray(cf.params_, float), \
+            f"physically consistent fit, prior {prior_info['kind']}"
     elif src is not None:
         from .urdf_export import full_from_base
-        prior = np.concatenate([model.inertial_parameters(), np.zeros(len(terms) * model.n)])
+        prior = np.concatenate([np.zeros(10 * model.n) if prior_inertial is None else prior_inertial,
+                                np.zeros(len(terms) * model.n)])
         p_base = np.asarray(src.params_ if src is sm else im.params_, float)
         if p_base.size == base.n_base:
             full = full_from_base(base.E, p_base, prior)
-            how = "closest to the URDF's parameters with the identified base parameters"
+            how = (f"closest to the {prior_info['kind']} prior's parameters with the identified "
+                   f"base parameters")
         else:
             full = None
     if src is not None and full is not None:
@@ -428,8 +585,23 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
         urdf_params = {"inertial": full[:10 * n], "viscous": fr.get("viscous"),
                        "coulomb": fr.get("coulomb"),
                        "source": f"{'improved model stage 1 (torque sensor, link side)' if src is im else 'simplified model (motor torque)'}; {how}"}
+    pe_counts = {}
+    if sm is not None:
+        pe_counts["simplified"] = params["models"]["simplified"]["rigid_body"].get("poorly_excited_count")
+    if im is not None:
+        pe_counts["improved_stage1"] = params["models"]["improved"]["stage1"].get("poorly_excited_count")
+        pe_counts["improved_stage2"] = params["models"]["improved"]["stage2"]["poorly_excited_count"]
+    truth_info = None
+    if truth is not None:
+        truth_info = {"applicable": truth["applicable"], "not_applicable": truth["not_applicable"],
+                      "settings_source": truth["settings_source"]}
+    elif want_truth and scn.backend == "twin":
+        truth_info = {"applicable": {"stage1": False, "stage2": False},
+                      "not_applicable": {"stage1": ["the twin's truth could not be built"],
+                                         "stage2": ["the twin's truth could not be built"]}}
     metrics = {"rms": rms, "improvement_percent": improvement, "cond_W_measured": cond_meas,
                "n_base": int(base.n_base), "headline_improved_route": head,
+               "prior": prior_info, "poorly_excited_count": pe_counts,
                "validation": {k: v for k, v in vres.to_dict().items()
                               if k in ("decomposition_rms", "change_vs_simplified_pct")}}
     if im is not None:
@@ -439,6 +611,8 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
         metrics["improved_variant"] = im.friction_term
     if perr:
         metrics["parameter_errors"] = perr
+    if truth_info is not None:
+        metrics["truth"] = truth_info
     return Identification(model=model, base=base, processed=processed, simplified=sm, improved=im,
                           consistent=cf, predictions=preds, metrics=metrics, parameters=params,
                           urdf_params=urdf_params, warnings=warnings, validation=vres,
@@ -478,36 +652,17 @@ def _write_json(path: Path, data) -> None:
 
 
 def _plain(o):
-    if isinstance(o, dict):
-        return {str(k): _plain(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_plain(v) for v in o]
-    if isinstance(o, np.ndarray):
-        return _plain(o.tolist())
-    if isinstance(o, (np.floating, float)):
-        x = float(o)
-        return x if math.isfinite(x) else None
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.bool_,)):
-        return bool(o)
-    if isinstance(o, Path):
-        return str(o)
-    return o
+    """Plain JSON/YAML data (non-finite floats -> null); see identify.jsonutil."""
+    return to_jsonable(o)
 
 
 def resolved_scenario(scn: Scenario) -> dict:
     """The scenario as resolved, with the backend's full settings (defaults filled) when known."""
     d = scn.resolved()
     if scn.backend == "twin":
-        try:
-            from importlib import import_module
-            from .scenario import SETTINGS_VALIDATORS
-            mod, cls, meth = SETTINGS_VALIDATORS["twin"]
-            obj = getattr(getattr(import_module(mod), cls), meth)(dict(scn.twin))
-            d["twin"] = obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
-        except Exception:  # noqa: BLE001 -- keep what the user wrote
-            pass
+        ts = twin_settings(scn)
+        if ts is not None:      # else keep what the user wrote
+            d["twin"] = ts
     return d
 
 
@@ -652,11 +807,28 @@ def _finish(folder: Path, scn: Scenario, metrics: dict, timings: dict, t0: float
 # 5. commands
 # ------------------------------------------------------------------------------------------------
 
+def preflight(scn: Scenario, model=None, settings: dict | None = None) -> bool:
+    """The backend's early refusal (identify.backend.preflight), before trajectories are
+    optimized: a refusal (the backend's SafetyRefused, or any error marked safety_refusal) becomes
+    :class:`SafetyRefusal`; other errors propagate. True when the backend has a preflight."""
+    from .backend import preflight as backend_preflight
+    settings = scn.backend_settings() if settings is None else settings
+    try:
+        return backend_preflight(scn.backend, backend_arm(scn, model), settings)
+    except Exception as exc:  # noqa: BLE001 -- classified below
+        names = {c.__name__ for c in type(exc).__mro__}
+        if "SafetyRefused" in names or getattr(exc, "safety_refusal", False):
+            raise SafetyRefusal(f"the {scn.backend} backend refused before any trajectory was "
+                                f"optimized: {exc}") from exc
+        raise
+
+
 def run_scenario(scn: Scenario, out=None) -> RunResult:
-    """``twinid run``: trajectories -> backend -> identification -> run folder."""
+    """``twinid run``: preflight -> trajectories -> backend -> identification -> run folder."""
     timings: dict = {}
     t0 = time.perf_counter()
     model = build_model(scn)
+    preflight(scn, model)
     trajs = trajectories(scn, model, timings)
     recs = record(scn, trajs, model=model, timings=timings)
     ident = identify_recordings(scn, model, recs, timings=timings)

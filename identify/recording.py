@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .jsonutil import to_jsonable
+
 FORMAT_VERSION = 1
 
 # Channels that are (N, n) arrays; `t` is (N,). Optional channels may be None.
@@ -134,8 +136,10 @@ class Recording:
 def _to_arrays(rec: Recording) -> dict[str, np.ndarray]:
     header = {"format": "twinid-recording", "version": FORMAT_VERSION,
               "rate_hz": rec.rate_hz, "joint_names": list(rec.joint_names), "meta": rec.meta}
-    arrays = {"header": np.frombuffer(json.dumps(header, default=_json_default).encode(), np.uint8),
-              "t": rec.t}
+    # non-finite metadata (e.g. an unlimited joint range) round-trips: Python's json writes and
+    # reads NaN / Infinity
+    plain = to_jsonable(header, nonfinite="keep", where="recording header")
+    arrays = {"header": np.frombuffer(json.dumps(plain).encode(), np.uint8), "t": rec.t}
     for name in _CHANNELS:
         v = getattr(rec, name)
         if v is not None:
@@ -159,16 +163,6 @@ def _from_arrays(data: dict[str, np.ndarray], where: str) -> Recording:
     return Recording(t=data["t"], rate_hz=float(header["rate_hz"]),
                      joint_names=list(header["joint_names"]), meta=header.get("meta", {}),
                      truth=truth, **kw)
-
-
-def _json_default(o):
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"metadata value of type {type(o).__name__} is not JSON-serialisable")
 
 
 def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:

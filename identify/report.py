@@ -172,11 +172,18 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
             if table.get("note"):
                 B.append(("p", table["note"]))
             names = table["names"]
+            if "poorly_excited_count" in table:
+                B.append(("p", f"Poorly excited (std > |value|): **{table['poorly_excited_count']}** "
+                               f"of {len(names)} parameters (marked below)."))
             cols = [("value", "value"), ("std", "std"), ("rel_std_percent", "rel. std [%]"),
                     ("truth", "truth"), ("error_percent", "error [%]")]
             cols = [c for c in cols if c[0] in table]
             head = ["parameter"] + [c[1] for c in cols]
-            rows = [[str(nm)] + [_fmt(table[c][i]) for c, _ in cols] for i, nm in enumerate(names)]
+            pe = table.get("poorly_excited")
+            if pe is not None:
+                head.append("poorly excited")
+            rows = [[str(nm)] + [_fmt(table[c][i]) for c, _ in cols]
+                    + ([] if pe is None else ["yes" if pe[i] else ""]) for i, nm in enumerate(names)]
             B.append(("table", head, rows))
 
     s2 = (params.get("models") or {}).get("improved", {}).get("stage2")
@@ -186,14 +193,22 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                        "f_mc, f_mv: motor-side Coulomb [N*m] and viscous [N*m*s/rad] friction; J_m: "
                        "reflected motor inertia [kg*m^2]; J_m/K: compliance term (see "
                        "docs/joint_models.md)."))
+        if "poorly_excited_count" in s2:
+            B.append(("p", f"Poorly excited (std > |value|, marked *): "
+                           f"**{s2['poorly_excited_count']}** of "
+                           f"{sum(len(r) for r in s2['params'])} coefficients."))
+        if s2.get("truth_not_applicable"):
+            B.append(("p", "Stage-2 ground truth **not applicable**: "
+                           + "; ".join(s2["truth_not_applicable"]) + "."))
         head = ["joint"] + list(s2["names"]) + ["fit RMS [N*m]"]
         rows = []
         for j, (vals, sds) in enumerate(zip(s2["params"], s2["std"])):
             name = s2.get("joints", [])[j] if j < len(s2.get("joints", [])) else str(j + 1)
             truth = s2["truth"][j] if "truth" in s2 else [None] * len(vals)
-            rows.append([name] + [f"{_fmt(v)} +- {_fmt(sd, 2)}"
+            flags = s2["poorly_excited"][j] if "poorly_excited" in s2 else [False] * len(vals)
+            rows.append([name] + [f"{_fmt(v)} +- {_fmt(sd, 2)}" + ("*" if f else "")
                                   + ("" if t is None else f" (truth {_fmt(t)})")
-                                  for v, sd, t in zip(vals, sds, truth)]
+                                  for v, sd, t, f in zip(vals, sds, truth, flags)]
                         + [_fmt(s2.get("rms_Nm", [None] * (j + 1))[j])])
         B.append(("table", head, rows))
     if isinstance(s2, dict) and "a" in s2:
@@ -205,6 +220,17 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
             rows.append([str(j + 1)] + [_fmt(v) for v in row[:5]] + [_fmt(v) for v in paper])
         B.append(("table", head, rows))
 
+    prior = metrics.get("prior")
+    if isinstance(prior, dict):
+        B.append(("h", 2, "Prior of the physically consistent fit / URDF export"))
+        B.append(("p", f"Prior used: **{prior.get('kind', '?')}** (requested: "
+                       f"{prior.get('requested', '?')}) -- {prior.get('note', '')}."))
+    tr = metrics.get("truth")
+    if isinstance(tr, dict):
+        for stage, reasons in (tr.get("not_applicable") or {}).items():
+            if reasons:
+                B.append(("p", f"Ground truth for {stage.replace('stage', 'stage ')} **not "
+                               f"applicable**: " + "; ".join(reasons) + "."))
     pe = metrics.get("parameter_errors")
     if pe:
         B.append(("h", 2, "Parameter errors against the twin's ground truth"))

@@ -34,7 +34,7 @@ import yaml
 __all__ = [
     "ScenarioError", "Scenario", "ArmSpec", "Payload", "TrajectorySpec", "Trajectories",
     "HardwareSpec", "IdentificationSpec", "OutputSpec", "SweepSpec", "LogSpec", "ColumnMap",
-    "FitSpec", "load_scenario", "scenario_from_dict", "NOISE_ALIASES",
+    "FitSpec", "load_scenario", "scenario_from_dict", "NOISE_ALIASES", "payload_problem",
 ]
 
 
@@ -67,6 +67,39 @@ class Payload:
     com_m: tuple[float, float, float] = _f((0.0, 0.0, 0.0), doc="centre of mass in the flange frame [m]")
     inertia_kgm2: tuple[float, float, float, float, float, float] = _f(
         (0.0, 0.0, 0.0, 0.0, 0.0, 0.0), doc="[Ixx, Iyy, Izz, Ixy, Ixz, Iyz] about the CoM [kg m^2]")
+
+
+def payload_problem(mass_kg, com_m, inertia_kgm2) -> tuple[str, str] | None:
+    """Why a payload is physically impossible, as (key, message), or None when it is fine.
+
+    mass_kg > 0 and finite; com_m (3,) finite [m]; inertia_kgm2 [Ixx, Iyy, Izz, Ixy, Ixz, Iyz]
+    about the CoM [kg*m^2]: finite, positive definite, and its principal moments satisfy the
+    triangle inequalities (I1 + I2 >= I3). All zeros is accepted: a point mass."""
+    import numpy as np
+    try:
+        m = float(mass_kg)
+        c = np.asarray(com_m, float).reshape(-1)
+        v = np.asarray(inertia_kgm2, float).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        return "", f"not numeric ({exc})"
+    if not (math.isfinite(m) and m > 0):
+        return "mass_kg", f"must be a finite number > 0, got {mass_kg!r}"
+    if c.shape != (3,) or not np.all(np.isfinite(c)):
+        return "com_m", f"must be 3 finite numbers, got {list(c)}"
+    if v.shape != (6,) or not np.all(np.isfinite(v)):
+        return "inertia_kgm2", f"must be 6 finite numbers [Ixx, Iyy, Izz, Ixy, Ixz, Iyz], got {list(v)}"
+    if not np.any(v):
+        return None
+    Ixx, Iyy, Izz, Ixy, Ixz, Iyz = v
+    lam = np.linalg.eigvalsh(np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]]))
+    tol = 1e-12 * max(1.0, float(np.max(np.abs(lam))))
+    if lam[0] <= tol:
+        return "inertia_kgm2", (f"not positive definite (principal moments {np.round(lam, 12).tolist()} "
+                                f"kg*m^2); a physical body needs all > 0 (all zeros = point mass)")
+    if lam[0] + lam[1] < lam[2] - tol:
+        return "inertia_kgm2", (f"principal moments {np.round(lam, 12).tolist()} kg*m^2 violate the "
+                                f"triangle inequality I1 + I2 >= I3 (no physical body has them)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -147,6 +180,14 @@ class IdentificationSpec:
                     "the lowest stage-2 residual on the identification data)")
     prediction: Literal["closed_form", "eq24"] = _f(
         "closed_form", doc="improved-model motor-torque prediction route reported as headline")
+    prior: Literal["auto", "urdf", "perturbed", "none"] = _f(
+        "auto", doc="prior of the physically consistent fit / URDF export: urdf (the URDF's CAD "
+                    "values), perturbed (the URDF's masses and inertias with seeded random CAD "
+                    "errors of +-prior_error, still physical), none; auto = perturbed on the twin "
+                    "(whose truth IS the URDF), urdf otherwise")
+    prior_error: float = _f(0.2, min=0.0, lt=1.0,
+                            doc="relative CAD error of the perturbed prior (masses and inertias)")
+    prior_seed: int = _f(0, min=0, doc="seed of the perturbed prior")
 
 
 @dataclass(frozen=True)
@@ -524,7 +565,77 @@ def _drive_joint_count(scn: Scenario, ctx: _Ctx) -> int | None:
         raise ctx.error(("arm", "drives"), f"cannot read the drive file {scn.arm.drives}: {exc}")
 
 
+def _check_payload(scn: Scenario, ctx: _Ctx) -> None:
+    pl = scn.arm.payload
+    if pl is None:
+        return
+    prob = payload_problem(pl.mass_kg, pl.com_m, pl.inertia_kgm2)
+    if prob is not None:
+        key = ("arm", "payload") + ((prob[0],) if prob[0] else ())
+        raise ctx.error(key, prob[1])
+
+
+def _check_arm_joints(scn: Scenario, ctx: _Ctx) -> None:
+    """Every name in arm.joints is a moving joint of the URDF (error at the entry's line)."""
+    if scn.arm.joints is None:
+        return
+    from .urdf import URDFError, load_chain
+    try:
+        urdf_joints = list(load_chain(scn.arm.urdf).joint_names)
+    except (URDFError, OSError) as exc:
+        raise ctx.error(("arm", "urdf"), str(exc)) from None
+    for i, j in enumerate(scn.arm.joints):
+        if j not in urdf_joints:
+            raise ctx.error(("arm", "joints", i), f"unknown joint {j!r}; the URDF {scn.arm.urdf.name} "
+                                                  f"has {urdf_joints}")
+    if len(set(scn.arm.joints)) != len(scn.arm.joints):
+        raise ctx.error(("arm", "joints"), "has repeated joints")
+
+
+def _check_drive_overrides(scn: Scenario, ctx: _Ctx) -> None:
+    """twin.drive_overrides against the drive file, at load (error at the override key's line)."""
+    ov = scn.twin.get("drive_overrides") if isinstance(scn.twin, dict) else None
+    if not ov:
+        return
+    base = ("twin", "drive_overrides")
+    if scn.arm.drives is None:
+        raise ctx.error(base, "drive overrides need arm.drives (the file they override)")
+    from .drives import DriveFileError, OverrideError, check_overrides, read_drive_file
+    try:
+        entries = read_drive_file(scn.arm.drives)
+    except (DriveFileError, OSError) as exc:
+        raise ctx.error(("arm", "drives"), str(exc)) from None
+    names = None
+    try:
+        from .urdf import load_chain
+        names = list(load_chain(scn.arm.urdf).joint_names)
+    except Exception:  # noqa: BLE001 -- a bad URDF is reported elsewhere
+        pass
+    try:
+        check_overrides(ov, entries, names)
+    except OverrideError as exc:
+        raise ctx.error(base + exc.path, exc.message) from None
+
+
+def _check_cutoff(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
+    """processing.butter_cutoff_hz below the Nyquist frequency of the processed signal."""
+    proc = scn.processing or {}
+    fc = proc.get("butter_cutoff_hz", 10.0)
+    rate = proc.get("resample_hz") or rate_hz
+    dec = proc.get("decimate", 1) or 1
+    if fc is None or rate is None or not isinstance(fc, (int, float)) or \
+            not isinstance(dec, int) or isinstance(dec, bool) or dec < 1:
+        return
+    nyq = 0.5 * float(rate) / dec
+    if not fc < nyq:
+        key = ("processing", "butter_cutoff_hz") if "butter_cutoff_hz" in proc else ("processing",)
+        raise ctx.error(key, f"cutoff {fc:g} Hz must be below the Nyquist frequency {nyq:g} Hz of "
+                             f"the {float(rate):g} Hz signal" + (f" decimated by {dec}" if dec > 1 else ""))
+
+
 def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
+    _check_payload(scn, ctx)
+    _check_arm_joints(scn, ctx)
     n = _drive_joint_count(scn, ctx)
     if scn.arm.joints is not None:
         n = len(scn.arm.joints)
@@ -591,7 +702,15 @@ def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
                                                "(hardware.iface)")
     _delegate_processing(scn, ctx)
     if scn.backend == "twin":
-        _delegate("twin", scn.twin, ("twin",), ctx)
+        _check_drive_overrides(scn, ctx)
+        obj = _delegate("twin", scn.twin, ("twin",), ctx)
+        rate = getattr(obj, "sample_rate_hz", None) if obj is not None else \
+            scn.twin.get("sample_rate_hz")
+        if scn.fit.excitation is None and scn.fit.validation is None:   # twin runs only: logs
+            _check_cutoff(scn, ctx, rate)                                # have their own rate
+    for ls in (scn.fit.excitation, scn.fit.validation):
+        if ls is not None and ls.rate_hz is not None:
+            _check_cutoff(scn, ctx, ls.rate_hz)
     else:
         _delegate("hardware", scn.hardware.to_settings(), ("hardware",), ctx,
                   required=bool(scn.hardware.options))
@@ -670,7 +789,8 @@ def _check_keys_types(cls, d: dict, path: tuple, ctx: _Ctx) -> None:
 
 
 def _delegate(backend: str, settings: dict, path: tuple, ctx: _Ctx, required: bool | None = None) -> None:
-    """Validate backend settings with the backend package's own validator, imported by name."""
+    """Validate backend settings with the backend package's own validator, imported by name;
+    returns the validated settings object (None when the validator is not available)."""
     module, cls_name, method = SETTINGS_VALIDATORS[backend]
     try:
         mod = importlib.import_module(module)
@@ -683,7 +803,7 @@ def _delegate(backend: str, settings: dict, path: tuple, ctx: _Ctx, required: bo
     if dataclasses.is_dataclass(cls):
         _check_keys_types(cls, settings, path, ctx)
     try:
-        getattr(cls, method)(dict(settings))
+        return getattr(cls, method)(dict(settings))
     except (ValueError, TypeError, KeyError) as exc:
         msg = str(exc).strip("'\"")
         for prefix in ("settings: ", "settings."):

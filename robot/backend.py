@@ -3,14 +3,22 @@
 ``make_backend(arm, settings)`` (registered in identify.backend.BACKENDS) ->
 :class:`HardwareBackend` with ``run(trajectory, periods=1, progress=False) -> Recording``.
 
+``preflight(arm, settings)`` runs every check that needs no trajectory (settings, armed /
+dry-run interlock, interface, drive configuration, drive file, payload) at scenario-load cost, so a
+caller can refuse an unarmed run before building models or optimizing trajectories.
+
 A run, in order (nothing touches the bus before step 3, nothing moves before step 5):
- 1. sample the trajectory at the cycle rate and check it against the arm's position, velocity,
-    acceleration and torque limits (rigid-body inverse dynamics) and the per-cycle step limit;
- 2. refuse unless ``armed`` (or ``dry_run``);
+ 1. refuse unless ``armed`` (or ``dry_run``);
+ 2. sample the trajectory at the cycle rate and check it against the arm's position, velocity and
+    acceleration limits, the per-cycle step limit (min(configured, 1.2 qd_max dt)) and the torque
+    limit applied to a conservative MOTOR-torque bound (robot.torque_bound: rigid body with the
+    arm's payload, link and motor friction, harmonic-drive loss 1/(1 - xi), rotor inertia,
+    margins); refusals (SafetyRefused) name joint and sample;
  3. start the loop process (robot.loop), which brings the bus up to OP and reports the pose;
  4. plan the approach from that pose to the start pose and check the whole plan again;
     dry run: stop here and return the (unmoved) measured pose with the planned command;
- 5. the loop enables the drives, runs the plan, stops in a defined order; meanwhile this process
+ 5. the loop enables the drives, runs the plan (with ``torque_feedforward``: plus the rigid-body
+    inverse dynamics of arm + payload as torque_offset), stops in a defined order; meanwhile this process
     streams its samples to disk (identify.recording.ChunkWriter) and watches its heartbeat.
 A fault ends in the safe stop and raises :class:`RunStopped`, whose ``recording`` holds every
 sample (also assembled on disk in ``record_dir``).
@@ -26,12 +34,15 @@ from pathlib import Path
 
 import numpy as np
 
+from identify.jsonutil import to_jsonable
 from identify.recording import ChunkWriter, Recording, assemble_chunks
 
 from . import loop as L
 from .config import HardwareSettings, load_config
 from .plan import approach_duration, build_plan
-from .safety import DEFAULT_POLICY, Fault, Limits, SafetyError, SafetyRefused, check_trajectory
+from .safety import (DEFAULT_POLICY, Fault, SafetyError, SafetyRefused, check_trajectory,
+                     run_limits, step_limit)
+from .torque_bound import TorqueBound, model_with_payload, payload_params
 from .units import make_units
 
 
@@ -45,7 +56,8 @@ class RunStopped(SafetyError):
 
 
 def _arm_models(arm: dict):
-    """(model of the identified joints, model of the full arm, full-arm qdd_max or None)."""
+    """(model of the identified joints, model of the full arm WITH the payload on its last link).
+    The full model carries the acceleration limits (URDF has none)."""
     from identify import RobotModel
     from identify.arm import REFERENCE_URDF, load_description
     urdf = Path(arm.get("urdf") or REFERENCE_URDF)
@@ -62,9 +74,53 @@ def _arm_models(arm: dict):
         gravity = tuple(np.asarray(desc.gravity, float))
     if arm.get("qdd_max") is not None and joints is None:
         qdd = np.asarray(arm["qdd_max"], float)
-    full = RobotModel.from_urdf(urdf, qdd_max=qdd, gravity=gravity)
+    full = model_with_payload(RobotModel.from_urdf(urdf, qdd_max=qdd, gravity=gravity),
+                              arm.get("payload"))
     model = full if not joints else RobotModel.from_urdf(urdf, list(joints), gravity=gravity)
     return model, full
+
+
+def _drives_path(arm: dict) -> Path:
+    """The drive parameter file: arm["drives"], else <urdf stem>_drives.yaml next to the URDF.
+    Required: the motor-torque check needs its friction, reducer loss and rotor inertia."""
+    from identify.arm import REFERENCE_URDF
+    if arm.get("drives"):
+        return Path(arm["drives"])
+    urdf = Path(arm.get("urdf") or REFERENCE_URDF)
+    guess = urdf.with_name(urdf.stem + "_drives.yaml")
+    if guess.exists():
+        return guess
+    raise SafetyRefused(f"hardware backend: arm.drives (the drive parameter YAML) is required for "
+                        f"the motor-torque check before moving; none given and {guess} does not "
+                        f"exist")
+
+
+def preflight(arm: dict | None, settings: dict | None) -> HardwareSettings:
+    """Everything a hardware run would refuse that is known before any trajectory exists, at
+    scenario-load cost (no bus, no optimization, no dynamics): the settings (keys, types), the
+    armed / dry-run interlock, the interface, the drive configuration and its joint mapping, the
+    drive parameter file and the payload. Call it before building models or optimizing
+    trajectories, so an unarmed run is refused at once.
+
+    Returns the validated HardwareSettings. Raises SafetyRefused (not armed, no drive file;
+    CLI exit 4), ValueError (bad setting, payload, iface missing), robot.config.ConfigError."""
+    arm = dict(arm or {})
+    s = HardwareSettings.from_settings(settings)
+    why = s.refusal()
+    if why:
+        raise SafetyRefused(why)
+    if not s.iface and not s.dry_run:
+        raise ValueError("hardware setting iface (the EtherCAT network interface) is required")
+    from identify.arm import REFERENCE_URDF
+    from identify.drives import load_drives
+    from identify.urdf import load_chain
+    cfg = load_config(s.config)
+    names = list(load_chain(Path(arm.get("urdf") or REFERENCE_URDF)).joint_names)
+    make_units(cfg, names)                      # every drive has a joint and vice versa
+    load_drives(_drives_path(arm), names)       # errors name the file, joint and key
+    if arm.get("payload") is not None:
+        payload_params(arm["payload"])
+    return s
 
 
 def make_backend(arm: dict, settings: dict) -> "HardwareBackend":
@@ -80,12 +136,19 @@ class HardwareBackend:
         self._bus = (bus_factory or "robot.bus:EthercatBus", dict(bus_kwargs or {}))
         self.settings = HardwareSettings.from_settings(settings)
         self.cfg = load_config(self.settings.config)
-        self.model, self.full = _arm_models(arm)
+        self.model, self.full = _arm_models(arm)      # full: with the payload on the last link
         names = list(self.full.joint_names)
         self.units = make_units(self.cfg, names)      # every drive has a joint and vice versa
         self.dt = self.cfg.bus.cycle_time_s
         s = self.settings
-        self.limits = Limits.from_model(self.full, s.limit_scale, s.position_margin_rad)
+        sc = self.cfg.safety
+        self.limits = run_limits(self.full, s.limit_scale, s.position_margin_rad)
+        # motor-torque bound (payload, friction, reducer loss, rotor inertia) checked before moving
+        self.torque_bound = TorqueBound.from_files(self.full, _drives_path(arm),
+                                                   margin_frac=sc.torque_margin_frac,
+                                                   margin_coulomb=sc.torque_margin_coulomb)
+        # per-cycle position step, never above the velocity limit (+20 %)
+        self.step_max = step_limit(sc.position_step_max_rad, self.limits.qd_max, self.dt)
         rate = s.record_rate_hz or 100.0
         self.decimate = int(round(1.0 / (rate * self.dt)))
         if self.decimate < 1 or abs(self.decimate * rate * self.dt - 1) > 1e-9:
@@ -126,12 +189,20 @@ class HardwareBackend:
         out[..., self.model_cols] = q_model
         return out
 
+    def motor_torque_bound(self, q, qd, qdd) -> np.ndarray:
+        """(N, n_full) conservative bound of |motor torque| [N*m] (link side) of a commanded
+        motion (N, n_full) of the full arm: rigid body + payload, friction, harmonic-drive loss,
+        rotor inertia and the configured margins (robot.torque_bound)."""
+        return self.torque_bound(q, qd, qdd)
+
     def _check(self, t, q, qd, qdd, what):
         try:
             return check_trajectory(t, q, qd, qdd, self.limits, list(self.full.joint_names),
-                                    model=self.full, step_max=self.cfg.safety.position_step_max_rad)
+                                    step_max=self.step_max, tau=self.motor_torque_bound,
+                                    tau_label="motor torque bound (rigid body + payload, friction, "
+                                              "reducer loss, rotor inertia, margins)")
         except ValueError as exc:
-            raise ValueError(f"{what}: {exc}") from None
+            raise SafetyRefused(f"{what}: {exc}") from None
 
     def check(self, trajectory, periods: int = 1) -> dict:
         """Step 1 only: sample one period at the cycle rate and check it (ValueError on failure)."""
@@ -146,10 +217,9 @@ class HardwareBackend:
     # -- run ------------------------------------------------------------------------------------
     def run(self, trajectory, *, periods: int = 1, progress: bool = False) -> Recording:
         s = self.settings
+        if s.refusal():                      # known from the settings alone: refuse first
+            raise SafetyRefused(s.refusal())
         self.check(trajectory, periods)
-        if not s.armed and not s.dry_run:
-            raise SafetyRefused("refusing to move the arm: the hardware backend is not armed "
-                              "(set hardware.armed: true, or dry_run: true to only check)")
         traj_full = _FullTrajectory(trajectory, self)
         if not s.iface:
             if not s.dry_run:
@@ -323,7 +393,7 @@ class HardwareBackend:
         for name in ("q", "tau_j", "i_m", "tau_m", "q_cmd", "qd", "status"):
             v = getattr(rec, name)
             ch[name] = None if v is None else v[sel][:, self.model_cols]
-        meta.update(summary=_jsonable(summary), rate_hz=self.rate_hz)
+        meta.update(summary=to_jsonable(summary, nonfinite="keep"), rate_hz=self.rate_hz)
         return Recording(t=rec.t[sel] - rec.t[0], rate_hz=self.rate_hz,
                          joint_names=list(self.model.joint_names), meta=meta, **ch)
 
@@ -398,12 +468,3 @@ def _progress(on, total):
     return tqdm(total=total, desc="hardware run", unit="cycle", mininterval=0.5)
 
 
-def _jsonable(d):
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, (np.integer, np.floating)):
-            v = v.item()
-        elif isinstance(v, dict):
-            v = _jsonable(v)
-        out[k] = v
-    return out

@@ -89,11 +89,17 @@ class SafetyConfig:
     """Run-time safety settings (optional ``safety:`` section; SI units; defaults below).
 
     following_error_max_rad: |q_cmd - q_actual| beyond which the run stops.
-    position_step_max_rad: largest commanded change per cycle (per joint).
+    position_step_max_rad: largest commanded change per cycle (per joint); the step actually
+        enforced is min(this, 1.2 * qd_max * cycle_time) per joint (:func:`robot.safety.step_limit`),
+        so the limiter never allows more than the joint's velocity limit (+20 % for the
+        acceleration term of a sampled motion).
     hold_cycles: cycles the drives hold the last measured pose after a fault before disabling.
     stall_cycles: a cycle that starts this many periods late is a stalled loop.
     confirm_cycles: cycles allowed for the drives to report 'disabled' after the disable command.
     approach_speed_frac: fraction of qd_max used for the move to the trajectory's start pose.
+    torque_margin_frac, torque_margin_coulomb: margins of the pre-move motor-torque bound
+        (:mod:`robot.torque_bound`): bound = (1 + frac) * nominal + coulomb * Coulomb level, for
+        the position loop's transients around the commanded motion.
     """
     following_error_max_rad: float = 0.05
     position_step_max_rad: float = 0.005
@@ -101,6 +107,8 @@ class SafetyConfig:
     stall_cycles: int = 20
     confirm_cycles: int = 20
     approach_speed_frac: float = 0.2
+    torque_margin_frac: float = 0.25
+    torque_margin_coulomb: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -270,7 +278,13 @@ def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
         stall_cycles=num(s, "stall_cycles", "safety", int, True, default=sd.stall_cycles),
         confirm_cycles=num(s, "confirm_cycles", "safety", int, True, default=sd.confirm_cycles),
         approach_speed_frac=num(s, "approach_speed_frac", "safety", positive=True,
-                                default=sd.approach_speed_frac))
+                                default=sd.approach_speed_frac),
+        torque_margin_frac=num(s, "torque_margin_frac", "safety", default=sd.torque_margin_frac),
+        torque_margin_coulomb=num(s, "torque_margin_coulomb", "safety",
+                                  default=sd.torque_margin_coulomb))
+    for key in ("torque_margin_frac", "torque_margin_coulomb"):
+        if getattr(safety, key) < 0:
+            raise ConfigError(f"{where}: safety.{key} must be >= 0, got {getattr(safety, key)!r}")
 
     return EthercatConfig(path=where, bus=bus, vendor_id=vendor, product_code=product,
                           revision=revision, rx_pdo=num(pdo, "rx", "pdo", int),
@@ -290,13 +304,16 @@ class HardwareSettings:
     position_margin_rad: kept clear of each position limit. record_dir: folder for the streamed
     chunks (default: a new temporary folder). record_rate_hz: rate of the returned recording
     (default: the cycle rate; must divide it). torque_feedforward: send the rigid-body inverse
-    dynamics of the plan as torque_offset. complete_access: PDO mapping by CoE complete access.
+    dynamics of the plan (arm + payload) as torque_offset. complete_access: PDO mapping by CoE complete access.
     receive_timeout_us: process-data receive timeout (default: one cycle). enable_timeout_s:
     time allowed to enable all drives. watchdog_s: the parent stops a loop that makes no progress
     this long. bringup_timeout_s: time allowed to reach OP. dwell_s: rest before/after the
     trajectory. allow_fault_reset: reset drive faults present when enabling. realtime: run the
     loop process SCHED_FIFO when permitted (falls back silently; reported). fault_policy:
     {fault name: "hold" | "disable"} overrides of robot.safety.DEFAULT_POLICY.
+
+    The interlock is part of the settings: :meth:`refusal` tells at load time whether a run would
+    be refused (not armed and not a dry run), :attr:`may_enable` whether it would enable drives.
     """
     iface: str | None = None
     armed: bool = False
@@ -360,6 +377,19 @@ class HardwareSettings:
                     v = int(v)
             kw[k] = v
         return HardwareSettings(**kw)
+
+    @property
+    def may_enable(self) -> bool:
+        """True when a run with these settings would enable the drives (armed, not a dry run)."""
+        return self.armed and not self.dry_run
+
+    def refusal(self) -> str | None:
+        """Why a run with these settings is refused before anything is computed or the bus is
+        touched (None: not refused). Known at scenario load time."""
+        if not self.armed and not self.dry_run:
+            return ("refusing to move the arm: the hardware backend is not armed "
+                    "(set hardware.armed: true, or dry_run: true to only check)")
+        return None
 
 
 def validate_settings(settings: dict) -> HardwareSettings:

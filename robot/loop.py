@@ -25,9 +25,11 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from identify.model import Limits
+
 from . import cia402
 from .config import load_config
-from .safety import DEFAULT_POLICY, Fault, FaultEvent, FaultMonitor, Limits, StopSequence, limit_step
+from .safety import DEFAULT_POLICY, Fault, FaultEvent, FaultMonitor, StopSequence, limit_step, step_limit
 from .units import make_units
 
 # ctrl slots
@@ -226,7 +228,7 @@ def _run(spec, cfg, units, bus, conn, ctrl, rows, realtime=False):
     monitor = FaultMonitor(units.joint_names, spec.limits, sc.following_error_max_rad,
                            cfg.bus.wkc_error_budget, cfg.bus.lost_frame_budget,
                            cfg.bus.lost_frame_window, sc.stall_cycles)
-    step_max = np.full(n, sc.position_step_max_rad)
+    step_max = step_limit(sc.position_step_max_rad, spec.limits.qd_max, dt)   # (n,), <= 1.2 qd_max dt
     sw, q_meas, qd_meas = decode(inp)
     target = q_meas.copy()          # target = actual before enabling
     q_valid = q_meas.copy()

@@ -2,8 +2,11 @@
 detection, and the safe-stop sequence.
 
 * :func:`check_trajectory` -- position, velocity, acceleration, torque (rigid-body inverse dynamics
-  of the planned trajectory via ``RobotModel.inverse_dynamics``) and per-cycle position-step limits
-  of a sampled command, all at once (vectorized). Raises ValueError naming joint, sample and time.
+  of the planned trajectory via ``RobotModel.inverse_dynamics``, or a given per-sample torque such
+  as the motor-torque bound of :mod:`robot.torque_bound`) and per-cycle position-step limits of a
+  sampled command, all at once (vectorized). Raises ValueError naming joint, sample and time.
+* :func:`run_limits` -- the limits a run may use (``identify.model.Limits``); :func:`step_limit`
+  -- the per-cycle position step, never above the velocity limit.
 * :class:`FaultMonitor` -- one ``update`` per cycle: drive fault bit, working-counter drop (a
   consecutive budget), lost frames (a budget per sliding window), slave lost, position/velocity
   limit breach, following error, stalled loop.
@@ -19,6 +22,8 @@ from enum import Enum
 
 import numpy as np
 
+from identify.model import Limits
+
 from . import cia402
 
 
@@ -31,27 +36,30 @@ class SafetyRefused(SafetyError, ValueError):
     asks for refusals, so the pipeline reports it as a safety refusal (CLI exit code 4)."""
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Joint limits (n,) in SI: rad, rad/s, rad/s^2, N*m (qdd_max may be inf)."""
-    q_min: np.ndarray
-    q_max: np.ndarray
-    qd_max: np.ndarray
-    qdd_max: np.ndarray
-    tau_max: np.ndarray
+def run_limits(model, scale: float = 1.0, position_margin: float = 0.0) -> Limits:
+    """The limits a run may use (identify.model.Limits, SI): the model's limits with velocity,
+    acceleration and torque scaled by `scale` (0 < scale <= 1) and the position range shrunk by
+    `position_margin` [rad] at both ends."""
+    if not 0 < scale <= 1:
+        raise ValueError(f"limits scale must be in (0, 1], got {scale!r}")
+    lim = model.limits
+    return Limits(np.asarray(lim.q_min, float) + position_margin,
+                  np.asarray(lim.q_max, float) - position_margin,
+                  scale * np.asarray(lim.qd_max, float),
+                  scale * np.asarray(lim.qdd_max, float),
+                  scale * np.asarray(lim.tau_max, float))
 
-    @staticmethod
-    def from_model(model, scale: float = 1.0, position_margin: float = 0.0) -> "Limits":
-        """The model's limits; velocity/acceleration/torque scaled by `scale` (0 < scale <= 1),
-        the position range shrunk by `position_margin` [rad] at both ends."""
-        if not 0 < scale <= 1:
-            raise ValueError(f"limits scale must be in (0, 1], got {scale!r}")
-        lim = model.limits
-        return Limits(np.asarray(lim.q_min, float) + position_margin,
-                      np.asarray(lim.q_max, float) - position_margin,
-                      scale * np.asarray(lim.qd_max, float),
-                      scale * np.asarray(lim.qdd_max, float),
-                      scale * np.asarray(lim.tau_max, float))
+
+#: the per-cycle step may exceed qd_max * dt by this factor (acceleration term of a sampled motion)
+STEP_VELOCITY_FACTOR = 1.2
+
+
+def step_limit(configured: float, qd_max: np.ndarray, dt: float) -> np.ndarray:
+    """(n,) largest commanded position change per cycle [rad]: min(configured,
+    1.2 * qd_max * dt) per joint, so the per-cycle guard never allows more than the joint's
+    velocity limit [rad/s] (+20 %); `dt` the cycle time [s]."""
+    qd_max = np.asarray(qd_max, float)
+    return np.minimum(float(configured), STEP_VELOCITY_FACTOR * qd_max * float(dt))
 
 
 def _first_violation(excess: np.ndarray):
@@ -65,7 +73,8 @@ def _first_violation(excess: np.ndarray):
 def check_trajectory(t: np.ndarray, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray,
                      limits: Limits, joint_names: list[str], *, model=None,
                      step_max: np.ndarray | float | None = None,
-                     tau: np.ndarray | None = None) -> dict:
+                     tau: np.ndarray | None = None,
+                     tau_label: str = "torque (rigid-body inverse dynamics)") -> dict:
     """Check a sampled joint trajectory against `limits` before anything moves.
 
     Args:
@@ -74,7 +83,9 @@ def check_trajectory(t: np.ndarray, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
             (rigid body only; friction adds to it on the arm). Skipped if None and `tau` is None.
         step_max: largest allowed |q[k+1] - q[k]| per joint [rad] (the per-cycle position step,
             when the samples are the cycle's commands).
-        tau: precomputed joint torques (N, n) instead of `model`.
+        tau: joint torques (N, n) [N*m] instead of `model`, or a callable (q, qd, qdd) -> (N, n)
+            evaluated after the inputs are checked (e.g. the motor-torque bound of
+            robot.torque_bound); checked against limits.tau_max; `tau_label` names it in errors.
     Returns: dict of the worst use of each limit, as fractions (1.0 = at the limit) per joint.
     Raises: ValueError naming the limit, joint, sample and time of the first violation.
     """
@@ -119,10 +130,12 @@ def check_trajectory(t: np.ndarray, q: np.ndarray, qd: np.ndarray, qdd: np.ndarr
         usage["step"] = np.max(step, axis=0) / sm
     if tau is None and model is not None:
         tau = np.asarray(model.inverse_dynamics(q, qd, qdd), float).reshape(q.shape)
+    elif callable(tau):
+        tau = np.asarray(tau(q, qd, qdd), float).reshape(q.shape)
     if tau is not None:
         bad = _first_violation(np.abs(tau) > limits.tau_max)
         if bad:
-            fail("torque (rigid-body inverse dynamics)", tau, limits.tau_max, *bad, "N*m")
+            fail(tau_label, tau, limits.tau_max, *bad, "N*m")
         usage["tau"] = np.max(np.abs(tau), axis=0) / limits.tau_max
     return usage
 

@@ -62,18 +62,42 @@ def test_infeasible_data_gives_constrained_parameters(problem):
     assert wls.params_[bp.names.index("fv3")] < 0
 
 
+def _scale(prior, n):
+    """The documented prior metric scale c_k = max(|prior_k|, floor): 0.01 kg, 1e-3 kg*m,
+    1e-4 kg*m^2, 0.01 for the joint terms."""
+    floor = np.concatenate([np.tile([1e-2] + [1e-3] * 3 + [1e-4] * 6, n),
+                            np.full(len(TERMS) * n, 1e-2)])
+    return np.maximum(np.abs(prior), floor)
+
+
 def test_prior_resolves_unidentifiable_directions(problem):
     m, bp, W, p = problem["m"], problem["bp"], problem["W"], problem["p"]
     y = problem["tau"] + np.random.default_rng(2).normal(size=problem["tau"].shape) * SIGMA / 10
-    cf = ConsistentFit(m, bp, TERMS, prior=p).fit(W, y)
-    invisible = np.all(np.abs(bp.E) < 1e-12, axis=0)      # parameters no torque depends on
+    wls = WLS().fit(bp.reduce(W), y)
+    E = np.asarray(bp.E)
+    # a prior off the truth by ~10 % (relative to its scale c: |value| or the floor) in every
+    # parameter, identifiable or not
+    prior = p + 0.1 * _scale(p, m.n) * np.random.default_rng(5).normal(size=p.shape)
+    assert np.max(np.abs(E @ (prior - p)) / wls.std_) > 100     # the data can tell it is wrong
+    cf = ConsistentFit(m, bp, TERMS, prior=prior).fit(W, y)
+    invisible = np.all(np.abs(E) < 1e-12, axis=0)        # parameters no torque depends on
     assert invisible.sum() >= 4                             # e.g. m1, mx1, my1, XX1 ...
-    np.testing.assert_allclose(cf.params_[invisible], p[invisible], rtol=1e-4, atol=1e-8)
-    # every full parameter close to the truth: data fix the base part, the prior the rest
-    assert np.all(np.abs(cf.params_ - p) <= 0.05 * np.abs(p) + 1e-4)
+    np.testing.assert_allclose(cf.params_[invisible], prior[invisible], rtol=1e-4, atol=1e-8)
+    # the data fix the base part: within the slack (~1 sigma) of the WLS fit, not at the prior's
+    assert np.max(np.abs(cf.base_params_ - wls.params_) / wls.std_) < 1.05
+    assert np.max(np.abs(cf.base_params_ - E @ p) / wls.std_) < 4.0
+    # ... and the prior the rest: closed form, the parameters closest to the prior in the prior's
+    # metric sum(((x - prior) / c)^2) among those with these base parameters,
+    # x* = prior + C^2 E^T (E C^2 E^T)^-1 (E x - E prior). It is physically consistent here, so
+    # the constraints are inactive and the SDP must return it.
+    c = _scale(prior, m.n)
+    C2E = (c ** 2)[:, None] * E.T
+    x_star = prior + C2E @ np.linalg.solve(E @ C2E, cf.base_params_ - E @ prior)
+    assert is_physically_consistent(x_star, m.n, TERMS)
+    assert np.max(np.abs(cf.params_ - x_star) / c) < 1e-5
+    assert np.max(np.abs(cf.params_ - p) / c) > 0.05           # not simply the truth
     # a wrong prior is overruled by the data in the identifiable directions: the fit stays within
     # the slack (1 effective chi^2 unit) of the best one, each base parameter within ~1 sigma
-    wls = WLS().fit(bp.reduce(W), y)
     cf2 = ConsistentFit(m, bp, TERMS, prior=1.3 * p).fit(W, y)
     assert cf2.chi2_ - cf2.wls_chi2_ <= 1.01 * np.mean(cf2.tau_int_)
     assert np.max(np.abs(cf2.base_params_ - wls.params_) / wls.std_) < 1.05

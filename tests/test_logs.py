@@ -186,3 +186,41 @@ def test_fit_without_log_is_input_error(tmp_path, capsys):
     assert main(["fit", str(f)]) == 2
     err = capsys.readouterr().err
     assert "fit.excitation" in err and "Traceback" not in err
+
+
+def test_rate_inferred_from_irregular_time_stamps(tmp_path):
+    """No rate_hz: the rate is the median of the irregular steps (here 1/0.005 s = 200 Hz) and the
+    signal is resampled onto that grid; checked against the closed-form signal."""
+    rng = np.random.default_rng(3)
+    N = 400
+    dt0 = 0.005
+    t = np.arange(N) * dt0 + rng.uniform(-0.3, 0.3, N) * dt0    # jitter +-30 %, stays monotonic
+    t[0] = 0.0
+    steps = np.diff(t)
+    assert abs(np.median(steps) - dt0) < 0.05 * dt0 and steps.min() > 0
+    f = 1.5                                                      # Hz, far below Nyquist
+    q = np.stack([np.sin(2 * np.pi * f * t), np.cos(2 * np.pi * f * t)], axis=1)
+    rows = [[t[k], q[k, 0], q[k, 1], 1.0, 2.0] for k in range(N)]
+    p = _csv(tmp_path, rows, "irregular.csv")
+    rec = load_log(_spec(p), ["j1", "j2"])
+    expected_rate = 1.0 / float(np.median(steps))
+    assert rec.rate_hz == pytest.approx(expected_rate, rel=1e-9)
+    assert rec.meta["log"]["resampled"] is True
+    np.testing.assert_allclose(np.diff(rec.t), 1.0 / expected_rate, rtol=1e-9)
+    truth = np.stack([np.sin(2 * np.pi * f * rec.t), np.cos(2 * np.pi * f * rec.t)], axis=1)
+    np.testing.assert_allclose(rec.q, truth, atol=2e-4)
+    np.testing.assert_allclose(rec.tau_j, np.tile([1.0, 2.0], (rec.n_samples, 1)), atol=1e-9)
+
+
+def test_gains_from_drives_uses_the_shared_loader(tmp_path):
+    """eta*beta per joint from the drive file (closed form from the raw YAML), errors naming file,
+    joint and key."""
+    raw = yaml.safe_load((ASSETS / "cobot6_drives.yaml").read_text())["joints"]
+    names = [j["name"] for j in raw][::-1]
+    g = gains_from_drives(ASSETS / "cobot6_drives.yaml", names)
+    np.testing.assert_allclose(g, [j["gear_ratio"] * j["torque_constant_Nm_A"] for j in raw[::-1]])
+    raw[2]["torque_constant_Nm_A"] = "abc"
+    bad = tmp_path / "drives.yaml"
+    bad.write_text(yaml.safe_dump({"joints": raw}))
+    with pytest.raises(LogError, match=r"drives.yaml: joint 'joint3' key 'torque_constant_Nm_A'"):
+        gains_from_drives(bad, names)

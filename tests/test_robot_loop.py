@@ -176,3 +176,73 @@ def test_torque_feedforward_sent_per_mille(tmp_path):
     rated = np.array([70, 70, 40, 20, 20, 20.0])
     assert np.all(np.max(np.abs(rec.tau_m - tau), axis=0) <= rated / 2000 + 1e-9)
     assert np.max(np.abs(tau)) > 10                       # not trivially zero
+
+
+class JumpTraj(SineTraj):
+    """TRAJ with a position jump of `jump` rad on joint 1 at t >= 0.5 s (velocity unchanged)."""
+    def __init__(self, jump):
+        super().__init__(TRAJ.a, TRAJ.w, TRAJ.duration)
+        self.jump = jump
+
+    def evaluate(self, t):
+        q, qd, qdd = super().evaluate(t)
+        q = q.copy()
+        q[np.asarray(t) >= 0.5, 0] += self.jump
+        return q, qd, qdd
+
+
+def test_position_step_guard_is_below_velocity_limit(tmp_path):
+    """The per-cycle step guard is min(5 mrad, 1.2 qd_max dt): joint 1 (qd_max = pi rad/s) may
+    move 3.77 mrad per 1 ms cycle, not the configured 5 mrad (= 5 rad/s). A 4.5 mrad jump in the
+    command is refused, naming the joint and the sample; 3.5 mrad passes."""
+    be = backend(tmp_path)
+    qd_max = np.radians([180, 180, 180, 225, 225, 225])
+    np.testing.assert_allclose(be.step_max, np.minimum(0.005, 1.2 * qd_max * DT), rtol=1e-12)
+    assert be.step_max[0] == pytest.approx(1.2 * np.pi * 1e-3)
+    sample = int(round(0.5 / DT))
+    with pytest.raises(ValueError, match=f"per-cycle position step limit at joint joint1, sample {sample} "):
+        be.check(JumpTraj(0.0045))
+    be.check(JumpTraj(0.0035 - TRAJ.a[0] * TRAJ.w * DT))
+
+
+def test_stop_ramp_respects_velocity_step_limit(tmp_path):
+    """At run time the loop limits every commanded step with the same per-joint guard: after a
+    following-error fault on joint 1 (frozen drive), the command ramps to the measured pose by
+    exactly 1.2 qd_max dt = 3.77 mrad per cycle (not 5 mrad)."""
+    be = backend(tmp_path, faults=[{"kind": "freeze", "slave": 0, "at": 300}],
+                 fault_policy={"following_error": "hold"})
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    err = e.value
+    assert err.fault == "following_error"
+    fc = err.summary["fault_cycle"]
+    steps = np.abs(np.diff(err.recording.q_cmd[fc + 1:, 0]))
+    limit = 1.2 * np.pi * DT
+    assert steps.max() == pytest.approx(limit, rel=1e-6)       # the ramp runs at the guard
+    assert np.abs(np.diff(err.recording.q_cmd[fc + 1:], axis=0)).max() <= limit + 1e-9
+
+
+def test_torque_feedforward_includes_payload(tmp_path):
+    """With a payload the feed-forward is the rigid-body inverse dynamics of arm + payload:
+    Pinocchio's RNEA with the payload's Inertia added to the last joint's body (independent of
+    robot/), as received by the (echoing) fake drives, to the bus resolution."""
+    pin = pytest.importorskip("pinocchio")
+    from pathlib import Path
+    pl = {"mass_kg": 1.0, "com_m": [0.0, 0.02, 0.06], "inertia_kgm2": [0.006, 0.005, 0.004, 0, 0, 0]}
+    s = {"iface": "fake0", "armed": True, "record_dir": str(tmp_path / "rec"), "dwell_s": 0.1,
+         "config": loose_config(tmp_path), "torque_feedforward": True}
+    be = HardwareBackend({"payload": pl}, s, bus_factory="robot_fakes:FakeBus",
+                         bus_kwargs={"echo_torque": True})
+    rec = be.run(TRAJ)
+    pm = pin.buildModelFromUrdf(str(Path(__file__).resolve().parent.parent / "assets" / "cobot6.urdf"))
+    Ixx, Iyy, Izz, Ixy, Ixz, Iyz = pl["inertia_kgm2"]
+    I_c = np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]])
+    pm.inertias[pm.njoints - 1] = pm.inertias[pm.njoints - 1] + pin.Inertia(1.0, np.array(pl["com_m"]), I_c)
+    pd = pm.createData()
+    q, qd, qdd = TRAJ.evaluate(rec.t + 1e-3)
+    tau = np.array([pin.rnea(pm, pd, q[k], qd[k], qdd[k]) for k in range(len(q))])
+    rated = np.array([70, 70, 40, 20, 20, 20.0])
+    assert np.all(np.max(np.abs(rec.tau_m - tau), axis=0) <= rated / 2000 + 1e-9)
+    from identify import RobotModel
+    bare = RobotModel.reference().inverse_dynamics(q, qd, qdd)
+    assert np.max(np.abs(rec.tau_m[:, 1] - bare[:, 1])) > 2.0     # the payload is not negligible

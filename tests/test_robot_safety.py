@@ -6,8 +6,9 @@ import pytest
 
 from robot import cia402
 from robot.plan import approach_duration, build_plan, quintic
-from robot.safety import (DEFAULT_POLICY, Fault, FaultMonitor, Limits, StopSequence,
-                          check_trajectory, limit_step)
+from identify.model import Limits
+from robot.safety import (DEFAULT_POLICY, Fault, FaultMonitor, StopSequence, check_trajectory,
+                          limit_step, run_limits, step_limit)
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = [f"joint{k}" for k in range(1, 7)]
@@ -112,12 +113,29 @@ def test_torque_check_against_pinocchio_oracle():
 
 def test_limits_from_model_scaling():
     from identify import RobotModel
+    import robot.safety
     m = RobotModel.reference()
-    lim = Limits.from_model(m, scale=0.5, position_margin=0.1)
+    lim = run_limits(m, scale=0.5, position_margin=0.1)
+    assert type(lim) is Limits                     # the one Limits type (identify.model)
+    assert robot.safety.Limits is Limits and not hasattr(Limits, "from_model")
     np.testing.assert_allclose(lim.qd_max, 0.5 * m.limits.qd_max)
     np.testing.assert_allclose(lim.q_max, m.limits.q_max - 0.1)
     with pytest.raises(ValueError, match="scale"):
-        Limits.from_model(m, scale=1.5)
+        run_limits(m, scale=1.5)
+
+
+def test_step_limit_never_above_velocity_limit():
+    """The per-cycle guard: min(configured, 1.2 qd_max dt) per joint. The configured 5 mrad per
+    1 ms cycle would allow 5 rad/s, above the reference arm's velocity limits (pi rad/s on joints
+    1-3, 225 deg/s on 4-6)."""
+    from identify import RobotModel
+    qd_max = RobotModel.reference().limits.qd_max
+    sm = step_limit(0.005, qd_max, 1e-3)
+    expect = np.minimum(0.005, 1.2 * np.radians([180, 180, 180, 225, 225, 225]) * 1e-3)
+    np.testing.assert_allclose(sm, expect, rtol=1e-12)
+    assert np.all(sm / 1e-3 <= 1.2 * qd_max + 1e-12)
+    np.testing.assert_allclose(step_limit(0.001, qd_max, 1e-3), 0.001)   # tighter config kept
+    np.testing.assert_allclose(step_limit(0.005, np.full(2, np.inf), 1e-3), 0.005)
 
 
 def test_limit_step():
@@ -252,3 +270,23 @@ def test_plan_respects_limits_and_layout():
     approach = slice(0, plan.traj_start)
     assert np.all(np.abs(plan.qd[approach]) <= 0.4 + 1e-9)
     np.testing.assert_allclose(plan.q[plan.traj_start - 1], plan.q[plan.traj_start], atol=1e-12)
+
+
+def test_torque_callable_evaluated_after_input_checks():
+    """A per-sample torque bound given as a callable is checked against tau_max under its own
+    label, and only evaluated once the inputs are known finite (a NaN is reported as such)."""
+    tr = SineTraj(np.zeros(6), np.full(6, 0.5), 2 * np.pi / 4, 4.0)
+    t, q, qd, qdd = sampled(tr)
+    lim = limits()
+    bound = lambda q, qd, qdd: 10.0 + 100.0 * np.abs(qd)            # noqa: E731 (peak 100 pi/4 + 10)
+    lim2 = Limits(lim.q_min, lim.q_max, lim.qd_max, lim.qdd_max, np.full(6, 80.0))
+    with pytest.raises(ValueError, match="motor bound limit at joint joint1, sample 0 "):
+        check_trajectory(t, q, qd, qdd, lim2, NAMES, tau=bound, tau_label="motor bound")
+    use = check_trajectory(t, q, qd, qdd, lim, NAMES, tau=bound)
+    np.testing.assert_allclose(use["tau"], (10 + 100 * 0.5 * np.pi / 2) / 1e3, rtol=1e-6)
+    q[3, 2] = np.nan
+
+    def boom(*a):
+        raise AssertionError("evaluated on bad input")
+    with pytest.raises(ValueError, match="not finite at joint joint3, sample 3"):
+        check_trajectory(t, q, qd, qdd, lim, NAMES, tau=boom)

@@ -26,6 +26,7 @@ def test_config_loads(cfg):
     assert cfg.vendor_id == 0xE1D and cfg.product_code == 0x00C0B060
     assert cfg.rx_entries[0].name == "controlword" and cfg.tx_entries[0].name == "statusword"
     assert cfg.bus.cycle_time_s == 0.001
+    assert cfg.safety.torque_margin_frac == 0.25 and cfg.safety.torque_margin_coulomb == 1.0
 
 
 @pytest.mark.parametrize("mutate, needle", [
@@ -37,6 +38,8 @@ def test_config_loads(cfg):
     (lambda r: r["pdo"]["rx_entries"].pop(0), "lacks required entry 'controlword'"),
     (lambda r: r["startup_sdo"][0].update(value=300), "startup_sdo[0].value=300 does not fit I8"),
     (lambda r: r["drives"].append(dict(r["drives"][0])), "drives[6].joint='joint1' appears twice"),
+    (lambda r: r["safety"].update(torque_margin_frac=-0.1), "safety.torque_margin_frac must be >= 0"),
+    (lambda r: r["safety"].update(torque_margin_coulomb="x"), "safety.torque_margin_coulomb must be a number"),
 ])
 def test_config_errors_name_key(raw, mutate, needle):
     import copy

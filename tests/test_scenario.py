@@ -144,6 +144,55 @@ CASES = [
 ]
 
 
+# physically impossible payloads, twin settings, drive overrides, joint subsets (refused at load)
+_PAYLOAD = "  drives: {d}\n  payload: {{mass_kg: 2.0, inertia_kgm2: {I}}}  # <-\n".format
+CASES += [
+    ("payload: negative inertia (PyBullet would silently zero it)",
+     _replace(f"  drives: {DRIVES}\n", _PAYLOAD(d=DRIVES, I="[-1, 0, 0, 0, 0, 0]")),
+     "arm.payload.inertia_kgm2", "not positive definite"),
+    ("payload: triangle inequality violated",
+     _replace(f"  drives: {DRIVES}\n", _PAYLOAD(d=DRIVES, I="[0.01, 0.01, 0.05, 0, 0, 0]")),
+     "arm.payload.inertia_kgm2", "triangle inequality"),
+    ("payload: zero mass",
+     _replace(f"  drives: {DRIVES}\n",
+              f"  drives: {DRIVES}\n  payload: {{mass_kg: 0.0}}  # <-\n"),
+     "arm.payload.mass_kg", "> 0"),
+    ("twin setting NaN", _replace("  sample_rate_hz: 100\n",
+                                  "  sample_rate_hz: 100\n  friction_drift: .nan  # <-\n"),
+     "twin.friction_drift", "finite"),
+    ("twin per-joint setting NaN", _replace("  sample_rate_hz: 100\n",
+                                            "  sample_rate_hz: 100\n  current_scale_error: [0, .nan, 0, 0, 0, 0]  # <-\n"),
+     "twin.current_scale_error", "finite"),
+    ("twin settle_s inf", _replace("  sample_rate_hz: 100\n",
+                                   "  sample_rate_hz: 100\n  settle_s: .inf  # <-\n"),
+     "twin.settle_s", "finite"),
+    ("twin seed not an integer", _replace("  sample_rate_hz: 100\n",
+                                          "  sample_rate_hz: 100\n  seed: 1.5  # <-\n"),
+     "twin.seed", "integer"),
+    ("negative sample rate", _replace("  sample_rate_hz: 100\n", "  sample_rate_hz: -100  # <-\n"),
+     "twin.sample_rate_hz", "must be > 0"),
+    ("Butterworth cutoff above Nyquist",
+     _replace("  smooth_passes: 20\n", "  smooth_passes: 20\n  butter_cutoff_hz: 80  # <-\n"),
+     "processing.butter_cutoff_hz", "Nyquist frequency 50 Hz"),
+    ("drive override: unknown joint",
+     _replace("  sample_rate_hz: 100\n", "  sample_rate_hz: 100\n  drive_overrides:\n"
+                                         "    joint9: {xi_gf: 0.2}  # <-\n"),
+     "twin.drive_overrides.joint9", "unknown joint"),
+    ("drive override: unknown key",
+     _replace("  sample_rate_hz: 100\n", "  sample_rate_hz: 100\n  drive_overrides:\n"
+                                         "    joint2:\n      stiffness: 10.0  # <-\n"),
+     "twin.drive_overrides.joint2.stiffness", "unknown key"),
+    ("drive override: xi >= 1 blames the override, not the drive file",
+     _replace("  sample_rate_hz: 100\n", "  sample_rate_hz: 100\n  drive_overrides:\n"
+                                         "    joint4:\n      xi_gf: 0.95  # <-\n"),
+     "twin.drive_overrides.joint4.xi_gf", "xi_gf + xi_sf = 1.07 must be < 1"),
+    ("arm.joints: unknown joint",
+     _replace(f"  drives: {DRIVES}\n", f"  drives: {DRIVES}\n  joints:\n    - joint1\n"
+                                       f"    - joint7  # <-\n"),
+     "arm.joints[1]", "unknown joint 'joint7'"),
+]
+
+
 @pytest.mark.parametrize("text,path,fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_malformed_scenario_one_line_error(tmp_path, capsys, text, path, fragment):
     f = tmp_path / "bad.yaml"

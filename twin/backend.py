@@ -14,18 +14,15 @@ component at the sample instants (see :data:`twin.sim.STATE_CHANNELS`).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 
 from identify.recording import Recording
 
+from identify.jsonutil import to_jsonable
 from .config import TwinConfig, TwinSettings
 from .sensors import SensorModel
-from .sim import STATE_CHANNELS, TwinSim
-
-#: truth channels read by the sensors (kept at the delayed instants)
-_SENSOR_SRC = ("q", "tau_r", "tau_m", "qd_m")
+from .sim import TwinSim
 
 
 class TwinBackend:
@@ -44,6 +41,16 @@ class TwinBackend:
                                          settings=settings, qdd_max=arm.get("qdd_max"))
         self.settings: TwinSettings = self.cfg.settings
         self.sim: TwinSim | None = None
+        # Each run on the arm gets fresh sensor noise (a real arm never repeats its noise); run k
+        # of a backend uses noise_seed(k), so a new backend with the same seed repeats bit for bit.
+        self.runs_done = 0
+
+    def noise_seed(self, k: int) -> int:
+        """Seed of the sensor noise of this backend's run k (0-based): run 0 uses the settings'
+        seed itself, later runs independent streams derived from (seed, k)."""
+        if k == 0:
+            return int(self.settings.seed)
+        return int(np.random.SeedSequence([int(self.settings.seed), k]).generate_state(1)[0])
 
     # -------------------------------------------------------------------------------------------
     def check_trajectory(self, q, qd, qdd, t) -> None:
@@ -117,59 +124,69 @@ class TwinBackend:
         delay = int(round(float(s.io_delay_s) / dt))
         sample_steps = np.arange(0, N, stride)
         n_s = sample_steps.size
-        truth = {c: np.empty((n_s, n)) for c in STATE_CHANNELS}
-        truth["i_m"] = np.empty((n_s, n))
-        src = {c: np.empty((n_s, n)) for c in _SENSOR_SRC}
-        truth_slot = {int(m): j for j, m in enumerate(sample_steps)}
-        src_slot: dict[int, list] = {}
+        # the state is copied as one flat row (TwinSim.snapshot) at the sample instants and, with
+        # an I/O delay, at the delayed sensor instants; channels are unpacked in one batch after
+        # the run
+        n_src = n_s if delay else 0
+        events: dict[int, list] = {}
         for j, m in enumerate(sample_steps):
-            src_slot.setdefault(int(m) - delay, []).append(j)
+            events.setdefault(int(m), []).append(j)
+            if delay:
+                events.setdefault(int(m) - delay, []).append(n_s + j)
 
         self.close()
         self.sim = sim = TwinSim(cfg)
+        raw = np.empty((n_s + n_src, sim.snapshot_size))
+        bar = None
         try:
             sim.reset(q1[0])
             for _ in range(int(round(s.settle_s / dt))):
                 sim.advance(q1[0])
-            # truth/sensor rows for sensor reads before t = 0 come from the settled rest state
-            pre = [j for m, js in src_slot.items() if m < 0 for j in js]
-            if pre:
-                st = sim.state()
-                for c in _SENSOR_SRC:
-                    src[c][pre] = getattr(st, c)
-            rng = range(N)
+            # sensor reads before t = 0 come from the settled rest state
+            for m in [m for m in events if m < 0]:
+                for r in events.pop(m):
+                    sim.snapshot(raw[r])
             if progress:
                 from tqdm import tqdm
-                rng = tqdm(rng, desc="twin", unit="ms", mininterval=0.5)
-            for m in rng:
-                j = truth_slot.get(m)
-                if j is not None:
-                    self._store(truth, j)
-                js = src_slot.get(m)
-                if js is not None:
-                    for jj in js:
-                        src["q"][jj] = sim.q
-                        src["tau_r"][jj] = sim.tau_r
-                        src["tau_m"][jj] = sim.tau_m
-                        src["qd_m"][jj] = sim.w
-                sim.advance(qc[m + 1], None if ff is None else ff[m + 1])
+                bar = tqdm(total=N, desc="twin", unit="ms", mininterval=0.5)
+            get, snap, advance = events.get, sim.snapshot, sim.advance
+            chunk = 4096                 # commands handed over as row lists, a chunk at a time
+            for m0 in range(0, N, chunk):
+                m1 = min(m0 + chunk, N)
+                cmd = list(qc[m0 + 1:m1 + 1])
+                ffl = [None] * (m1 - m0) if ff is None else list(ff[m0 + 1:m1 + 1])
+                for m, q_c, f_c in zip(range(m0, m1), cmd, ffl):
+                    rows = get(m)
+                    if rows is not None:
+                        for r in rows:
+                            snap(raw[r])
+                    advance(q_c, f_c)
+                if bar is not None:
+                    bar.update(m1 - m0)
         except ValueError as exc:
             raise ValueError(f"twin run stopped at control step {sim.k} (t = {sim.t:.3f} s): {exc}") from exc
         finally:
+            if bar is not None:
+                bar.close()
             sim.close()
             self.sim = None
+        truth = sim.channels(raw[:n_s])
+        src = sim.channels(raw[n_s:]) if delay else truth
 
         t = sample_steps * dt
-        sensors = SensorModel(s, cfg.joint_names)
+        noise_seed = self.noise_seed(self.runs_done)
+        self.runs_done += 1
+        sensors = SensorModel(s, cfg.joint_names, seed=noise_seed)
         src_i = src["tau_m"] / cfg.drives.torque_factor
         q_meas, tau_meas, i_meas = sensors.sample({"q": src["q"], "tau_r": src["tau_r"], "i_m": src_i}, t=t)
         qd_meas = sensors.sample_velocity(src["qd_m"])
-        truth["i_m"] = truth["tau_m"] / cfg.drives.torque_factor
         meta = {
             "backend": "twin",
             "arm": {"urdf": str(cfg.urdf), "drives": str(cfg.drives_path), "payload": cfg.payload},
             "seed": int(s.seed),
-            "settings": _jsonable(s.to_dict()),
+            "noise_seed": noise_seed,
+            "run_index": self.runs_done - 1,
+            "settings": to_jsonable(s.to_dict(), nonfinite="keep"),
             "trajectory": {"duration_s": float(trajectory.duration), "periods": periods,
                            "type": type(trajectory).__name__},
             "control_rate_hz": 1.0 / dt,
@@ -181,34 +198,10 @@ class TwinBackend:
                          rate_hz=float(s.sample_rate_hz), joint_names=list(cfg.joint_names),
                          meta=meta, truth=truth)
 
-    def _store(self, truth: dict, j: int) -> None:
-        sim = self.sim
-        truth["q"][j] = sim.q
-        truth["qd"][j] = sim.v
-        truth["q_m"][j] = sim.qm
-        truth["qd_m"][j] = sim.w
-        for c in STATE_CHANNELS:
-            if c not in ("q", "qd", "q_m", "qd_m", "i_m"):
-                truth[c][j] = getattr(sim, c)
-
     def close(self) -> None:
         if self.sim is not None:
             self.sim.close()
             self.sim = None
-
-
-def _jsonable(d):
-    if isinstance(d, dict):
-        return {str(k): _jsonable(v) for k, v in d.items()}
-    if isinstance(d, (list, tuple)):
-        return [_jsonable(v) for v in d]
-    if isinstance(d, np.ndarray):
-        return d.tolist()
-    if isinstance(d, (np.floating, np.integer)):
-        return d.item()
-    if isinstance(d, Path):
-        return str(d)
-    return d
 
 
 def make_backend(arm: dict, settings: dict | None = None) -> TwinBackend:

@@ -8,7 +8,8 @@ Three things configure a twin:
   scenario layer maps scenario YAML onto exactly these keys.
 * :class:`DriveParams` -- per-joint drive ground truth (gear ratio, torque constant, motor inertia,
   friction, harmonic-drive friction coefficients, stiffness, damping) read from the arm's drive
-  YAML (``assets/cobot6_drives.yaml``), with per-joint overrides.
+  YAML (``assets/cobot6_drives.yaml``) by the one loader :func:`identify.drives.load_drives`,
+  with per-joint overrides, as (n,) arrays for the simulation.
 * :class:`TwinConfig` -- URDF + drives + optional payload + settings, ready for
   :class:`twin.sim.TwinSim`.
 
@@ -22,12 +23,20 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-#: Keys of one joint entry in the drives YAML (all SI, link side unless noted).
-DRIVE_KEYS = ("gear_ratio", "torque_constant_Nm_A", "J_m_kgm2", "motor_coulomb_Nm",
-              "motor_viscous_Nms_rad", "xi_gf", "xi_sf", "link_coulomb_Nm",
-              "link_viscous_Nms_rad", "stiffness_Nm_rad", "damping_Nms_rad", "rated_torque_Nm")
+from identify.drives import DRIVE_KEYS as _DRIVE_KEY_MAP, load_drives
+from identify.scenario import payload_problem
+
+#: Keys of one joint entry in the drives YAML (all SI, link side unless noted); the one reader of
+#: that file is :func:`identify.drives.load_drives`.
+DRIVE_KEYS = tuple(_DRIVE_KEY_MAP)
+
+#: settings that must be true/false
+_BOOL_KEYS = ("gui", "drive_model", "position_control", "deflection_compensation", "motor_friction",
+              "harmonic_friction", "link_friction", "stribeck", "noise")
+#: numeric settings that may be null
+_NULLABLE = ("pid_kp", "pid_ki", "pid_kd", "torque_limit_scale", "encoder_resolution_bits",
+             "current_quantization_A")
 
 
 @dataclass
@@ -152,14 +161,45 @@ class TwinSettings:
         return asdict(self)
 
     def validate(self, where: str = "settings") -> None:
+        """Raise ValueError naming the key (``where.key=value: message``) of any bad setting:
+        wrong type, NaN/inf, or out of range."""
+        for k in _BOOL_KEYS:
+            if not isinstance(getattr(self, k), (bool, np.bool_)):
+                raise ValueError(f"{where}.{k}={getattr(self, k)!r}: must be true or false")
+        for f in fields(self):
+            k, v = f.name, getattr(self, f.name)
+            if k in _BOOL_KEYS or k == "drive_overrides" or (v is None and k in _NULLABLE):
+                continue
+            if isinstance(v, (bool, np.bool_)) or (isinstance(v, (list, tuple)) and
+                                                   any(isinstance(x, bool) for x in v)):
+                raise ValueError(f"{where}.{k}={v!r}: must be a number, not true/false")
+            try:
+                a = np.asarray(v, dtype=float)
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}.{k}={v!r}: must be a number"
+                                 + (" or a list of numbers (one per joint)"
+                                    if f.type == "object" else "")) from None
+            if a.ndim > 1 or a.size == 0:
+                raise ValueError(f"{where}.{k}={v!r}: must be a number or a flat list of numbers")
+            if not np.all(np.isfinite(a)):
+                raise ValueError(f"{where}.{k}={v!r}: must be finite")
+        for k in ("seed", "mass_matrix_every", "encoder_resolution_bits"):
+            v = getattr(self, k)
+            if v is not None and not (isinstance(v, (int, np.integer)) and not isinstance(v, bool)):
+                raise ValueError(f"{where}.{k}={v!r}: must be an integer")
+        if self.seed < 0:
+            raise ValueError(f"{where}.seed={self.seed!r}: must be >= 0")
         rate = float(self.sample_rate_hz)
-        if not (0 < rate <= 1000.0) or abs(1000.0 / rate - round(1000.0 / rate)) > 1e-9:
+        if not rate > 0:
+            raise ValueError(f"{where}.sample_rate_hz={self.sample_rate_hz!r}: must be > 0")
+        if rate > 1000.0 or abs(1000.0 / rate - round(1000.0 / rate)) > 1e-9:
             raise ValueError(f"{where}.sample_rate_hz={self.sample_rate_hz!r}: must divide the "
                              f"1000 Hz control rate (e.g. 100, 200, 500, 1000)")
         if abs(float(self.friction_drift)) > 0.3 + 1e-12:
             raise ValueError(f"{where}.friction_drift={self.friction_drift!r}: must be within +-0.3")
         if self.friction_drift_time_s <= 0:
-            raise ValueError(f"{where}.friction_drift_time_s must be > 0")
+            raise ValueError(f"{where}.friction_drift_time_s={self.friction_drift_time_s!r}: "
+                             f"must be > 0")
         if np.any(np.abs(np.asarray(self.coulomb_asymmetry, float)) >= 1):
             raise ValueError(f"{where}.coulomb_asymmetry must be within (-1, 1)")
         if np.any(np.asarray(self.stribeck_ratio, float) < 1):
@@ -168,12 +208,27 @@ class TwinSettings:
             raise ValueError(f"{where}.stribeck_velocity_rad_s must be > 0")
         if np.any(np.asarray(self.backlash_rad, float) < 0):
             raise ValueError(f"{where}.backlash_rad must be >= 0")
-        if self.io_delay_s < 0 or self.settle_s < 0:
-            raise ValueError(f"{where}: io_delay_s and settle_s must be >= 0")
+        for k in ("io_delay_s", "settle_s"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"{where}.{k}={getattr(self, k)!r}: must be >= 0 "
+                                 f"(io_delay_s and settle_s must be >= 0)")
         if int(self.mass_matrix_every) < 1:
             raise ValueError(f"{where}.mass_matrix_every must be >= 1")
-        for k in ("encoder_noise_rad", "torque_noise_Nm", "current_noise_A", "velocity_noise_rad_s"):
-            if np.any(np.asarray(getattr(self, k), float) < 0):
+        if self.encoder_resolution_bits is not None and not 1 <= self.encoder_resolution_bits <= 64:
+            raise ValueError(f"{where}.encoder_resolution_bits={self.encoder_resolution_bits!r}: "
+                             f"must be within 1..64 (or null)")
+        for k in ("pid_bandwidth_hz", "pid_damping", "pid_integral_time_s", "ripple_cycles_per_motor_rev"):
+            if not float(getattr(self, k)) > 0:
+                raise ValueError(f"{where}.{k}={getattr(self, k)!r}: must be > 0")
+        if self.torque_limit_scale is not None and not float(self.torque_limit_scale) > 0:
+            raise ValueError(f"{where}.torque_limit_scale={self.torque_limit_scale!r}: must be > 0 "
+                             f"(or null: no clip)")
+        if not float(np.min(np.asarray(self.current_scale_error, float))) > -1:
+            raise ValueError(f"{where}.current_scale_error={self.current_scale_error!r}: must be > -1")
+        for k in ("encoder_noise_rad", "torque_noise_Nm", "current_noise_A", "velocity_noise_rad_s",
+                  "ripple_Nm", "current_quantization_A", "pid_kp", "pid_ki", "pid_kd"):
+            v = getattr(self, k)
+            if v is not None and np.any(np.asarray(v, float) < 0):
                 raise ValueError(f"{where}.{k} must be >= 0")
         if not isinstance(self.drive_overrides, dict):
             raise ValueError(f"{where}.drive_overrides must be a mapping joint -> {{key: value}}")
@@ -228,67 +283,20 @@ class DriveParams:
         return self.gear_ratio * self.torque_constant
 
     @staticmethod
-    def from_yaml(path: str | Path, joint_names, overrides: dict | None = None) -> "DriveParams":
+    def from_yaml(path: str | Path, joint_names, overrides: dict | None = None,
+                  where: str = "drive_overrides") -> "DriveParams":
         """Read the drives YAML for `joint_names` (matched by name), applying `overrides`
-        ({joint: {key: value}}). Errors name the file, joint and key."""
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"drive parameter file not found: {path}")
-        with open(path) as fh:
-            doc = yaml.safe_load(fh)
-        if not isinstance(doc, dict) or not isinstance(doc.get("joints"), list):
-            raise ValueError(f"{path}: expected a mapping with a 'joints' list")
-        entries = {}
-        for k, e in enumerate(doc["joints"]):
-            if not isinstance(e, dict) or "name" not in e:
-                raise ValueError(f"{path}: joints[{k}] has no 'name'")
-            entries[e["name"]] = e
-        overrides = dict(overrides or {})
-        bad = sorted(set(overrides) - set(joint_names))
-        if bad:
-            raise ValueError(f"drive_overrides: unknown joint(s) {bad}; arm joints: {list(joint_names)}")
-        cols = {k: [] for k in DRIVE_KEYS}
-        for j in joint_names:
-            if j not in entries:
-                raise ValueError(f"{path}: no drive entry for joint {j!r} (has {sorted(entries)})")
-            e = dict(entries[j])
-            ov = overrides.get(j, {}) or {}
-            badk = sorted(set(ov) - set(DRIVE_KEYS))
-            if badk:
-                raise ValueError(f"drive_overrides[{j!r}]: unknown key(s) {badk}; valid: {list(DRIVE_KEYS)}")
-            e.update(ov)
-            for key in DRIVE_KEYS:
-                if key not in e:
-                    raise ValueError(f"{path}: joint {j!r} is missing key {key!r}")
-                try:
-                    val = float(e[key])
-                except (TypeError, ValueError):
-                    raise ValueError(f"{path}: joint {j!r} key {key!r} is not a number: {e[key]!r}")
-                if not math.isfinite(val):
-                    raise ValueError(f"{path}: joint {j!r} key {key!r} is not finite: {val}")
-                cols[key].append(val)
-        a = {k: np.array(v) for k, v in cols.items()}
-        for key in ("gear_ratio", "torque_constant_Nm_A", "J_m_kgm2", "stiffness_Nm_rad"):
-            bad_j = [joint_names[i] for i in np.flatnonzero(a[key] <= 0)]
-            if bad_j:
-                raise ValueError(f"{path}: {key} must be > 0 (joints {bad_j})")
-        for key in ("motor_coulomb_Nm", "motor_viscous_Nms_rad", "xi_gf", "xi_sf", "link_coulomb_Nm",
-                    "link_viscous_Nms_rad", "damping_Nms_rad"):
-            bad_j = [joint_names[i] for i in np.flatnonzero(a[key] < 0)]
-            if bad_j:
-                raise ValueError(f"{path}: {key} must be >= 0 (joints {bad_j})")
-        xi = a["xi_gf"] + a["xi_sf"]
-        bad_j = [joint_names[i] for i in np.flatnonzero(xi >= 1)]
-        if bad_j:
-            raise ValueError(f"{path}: xi_gf + xi_sf must be < 1 (a gear that loses all its torque), "
-                             f"joints {bad_j}")
+        ({joint: {key: value}}) -- through the one loader :func:`identify.drives.load_drives`.
+        Errors name the file, joint and key (overrides: `where` + the key path)."""
+        d = load_drives(path, list(joint_names), overrides, where=where)
+        arr = d.array
         return DriveParams(
-            joint_names=tuple(joint_names), gear_ratio=a["gear_ratio"],
-            torque_constant=a["torque_constant_Nm_A"], J_m=a["J_m_kgm2"],
-            motor_coulomb=a["motor_coulomb_Nm"], motor_viscous=a["motor_viscous_Nms_rad"],
-            xi_gf=a["xi_gf"], xi_sf=a["xi_sf"], link_coulomb=a["link_coulomb_Nm"],
-            link_viscous=a["link_viscous_Nms_rad"], stiffness=a["stiffness_Nm_rad"],
-            damping=a["damping_Nms_rad"], rated_torque=a["rated_torque_Nm"], source=str(path))
+            joint_names=tuple(joint_names), gear_ratio=arr("gear_ratio"),
+            torque_constant=arr("torque_constant"), J_m=arr("J_m"),
+            motor_coulomb=arr("motor_coulomb"), motor_viscous=arr("motor_viscous"),
+            xi_gf=arr("xi_gf"), xi_sf=arr("xi_sf"), link_coulomb=arr("link_coulomb"),
+            link_viscous=arr("link_viscous"), stiffness=arr("stiffness"), damping=arr("damping"),
+            rated_torque=arr("rated_torque"), source=str(path))
 
 
 def _check_payload(payload: dict | None) -> dict | None:
@@ -302,15 +310,21 @@ def _check_payload(payload: dict | None) -> dict | None:
         raise ValueError(f"payload: unknown key(s) {bad}; valid: {sorted(allowed)}")
     if "mass_kg" not in payload:
         raise ValueError("payload: 'mass_kg' is required")
-    m = float(payload["mass_kg"])
+    try:
+        m = float(payload["mass_kg"])
+        com = np.asarray(payload.get("com_m", [0.0, 0.0, 0.0]), float)
+        I = np.asarray(payload.get("inertia_kgm2", [0.0] * 6), float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"payload: values must be numbers ({exc})") from None
     if not m > 0:
         raise ValueError(f"payload.mass_kg must be > 0, got {m}")
-    com = np.asarray(payload.get("com_m", [0.0, 0.0, 0.0]), float)
-    I = np.asarray(payload.get("inertia_kgm2", [0.0] * 6), float)
     if com.shape != (3,):
         raise ValueError(f"payload.com_m must have 3 values, got {com.size}")
     if I.shape != (6,):
         raise ValueError(f"payload.inertia_kgm2 must be [Ixx, Iyy, Izz, Ixy, Ixz, Iyz], got {I.size} values")
+    prob = payload_problem(m, com, I)
+    if prob is not None:
+        raise ValueError(f"payload.{prob[0]}: {prob[1]}")
     return {"mass_kg": m, "com_m": com.tolist(), "inertia_kgm2": I.tolist()}
 
 

@@ -17,10 +17,10 @@ Integration scheme (why it is stable at 1 ms with stiff springs and light wrist 
 spring-damper tau_r = K (q_m - q) + D (w - v) is evaluated at the END of the step,
 tau_r+ = K e + (K dt + D) u+ with e = q_m - q and u+ = w+ - v+ (symplectic Euler positions), and
 the link's velocity response uses the joint-space mass matrix M(q) (p.calculateMassMatrix,
-refreshed every ``mass_matrix_every`` steps) and bias h(q, v) (p.calculateInverseDynamics, every
-step), so the coupled linear system for (v+, w+) is solved exactly (linearly-implicit Euler,
-A-stable for the spring: tested stable up to omega*dt = 1000). The torque handed to PyBullet is the
-implicit one, so PyBullet's own semi-implicit step lands on the same v+.
+refreshed every ``mass_matrix_every`` steps) and bias h(q, v) (every step; see Speed), so the
+coupled linear system for (v+, w+) is solved exactly (linearly-implicit Euler, A-stable for the
+spring: tested stable up to omega*dt = 1000). The torque handed to PyBullet is the implicit one,
+so PyBullet's own semi-implicit step lands on the same v+.
 
 Coulomb-type friction (motor Coulomb + harmonic-drive load friction on the motor side, link
 Coulomb on the link side) is a set-valued stick-slip law solved at velocity level (time-stepping
@@ -31,13 +31,22 @@ chatter and always dissipates. Link side first (the links are strongly coupled t
 stuck set is solved exactly with the link Delassus matrix), then the motors (per joint with the
 diagonal of their response matrix plus one Jacobi correction; motors are weakly coupled).
 
-Speed: every linear map of the step is precomputed as one matrix whenever the mass matrix is
-refreshed (every ``mass_matrix_every`` steps), so a step is a handful of small numpy operations plus
-four PyBullet calls (inverse dynamics for h, set torques, step, read states).
+Speed: the whole period between PyBullet calls (controller, ripple, backlash, the linear map,
+both stick-slip solves, the friction components) is ONE compiled function
+(:func:`twin.drive.step_function`, CasADi -> C, cached on disk; CasADi's virtual machine if no C
+compiler), evaluated in place on flat numpy buffers. The linear maps are rebuilt by a second
+compiled function (:func:`twin.drive.matrices_function`) whenever the mass matrix is refreshed
+(every ``mass_matrix_every`` steps) or a backlash play opens/closes. The bias h(q, v) is the arm's
+rigid-body regressor Y(q, v, 0) theta (identify.regressor) compiled into the step, after a check at
+construction that it reproduces PyBullet's calculateInverseDynamics (relative 1e-9 at seeded random
+states; ``bias_source`` says "compiled"); if it does not, PyBullet's inverse dynamics is called
+each step instead ("pybullet"). A period is then: the compiled step, set torques, step, read
+states -- the PyBullet calls a bare torque loop needs. State channels are read as copies
+(properties, :meth:`TwinSim.state`) or, for recording, as flat rows (:meth:`TwinSim.snapshot`)
+unpacked in one batch (:meth:`TwinSim.channels`).
 """
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 import xml.etree.ElementTree as ET
@@ -46,13 +55,10 @@ from dataclasses import dataclass
 import numpy as np
 import pybullet as p
 
+from identify.regressor import compile_function
+
 from .config import TwinConfig
 from . import drive as drv
-
-# C-level reductions (ndarray.any()/sum() go through Python wrappers; this is the hot loop)
-_any = np.logical_or.reduce
-_all = np.logical_and.reduce
-_sum = np.add.reduce
 
 
 @dataclass
@@ -137,6 +143,10 @@ class TwinSim:
         sim.reset(q0)               # at rest at q0, springs pre-loaded for equilibrium
         st = sim.step(q_cmd)        # one 1 ms period -> TwinState
         sim.close()
+
+    The state lives in flat buffers shared with the compiled step (see :func:`twin.drive.step_layouts`);
+    the attributes ``q, v, w, qm, tau_r, tau_m, tau_l, tau_ff, q_cmd`` and the friction components
+    are read-only properties returning copies.
     """
 
     def __init__(self, cfg: TwinConfig, gui: bool | None = None):
@@ -145,6 +155,7 @@ class TwinSim:
         self.n = n = cfg.n
         self.dt = dt = float(cfg.dt)
         self._tmp = None
+        self.client = None
         urdf = cfg.urdf
         if cfg.payload is not None:
             self._tmp = tempfile.TemporaryDirectory(prefix="twin_")
@@ -191,30 +202,18 @@ class TwinSim:
         self._hd_drv = self.xi / (1.0 - self.xi)
         self._hd_bck = self.xi / (1.0 + self.xi)
         self.asym = s.per_joint("coulomb_asymmetry", n)
-        self._asym_on = bool(np.any(self.asym != 0))
         self.stribeck = bool(s.stribeck)
         self.str_ratio = s.per_joint("stribeck_ratio", n)
         self.str_v = s.per_joint("stribeck_velocity_rad_s", n)
         self.ripple = s.per_joint("ripple_Nm", n)
-        self._ripple_on = bool(np.any(self.ripple != 0))
         self._ripple_k = float(s.ripple_cycles_per_motor_rev) * d.gear_ratio
         self.backlash = 0.5 * s.per_joint("backlash_rad", n)
-        self._backlash_on = bool(np.any(self.backlash > 0))
+        self._backlash_on = bool(np.any(self.backlash > 0)) and self.enabled
         self.drift = float(s.friction_drift)
         self.drift_T = float(s.friction_drift_time_s)
         self.position_control = bool(s.position_control)
         self.mm_every = int(s.mass_matrix_every)
         self._zeros = [0.0] * n
-        self._static = {}
-        self._z = np.zeros(n)
-        self._z.flags.writeable = False
-        self._var_friction = bool(self.drift != 0.0 or self._asym_on or self.stribeck)
-        self._lim_l = dt * self.fc_l
-        self._nlim_l = -self._lim_l
-        self._dtFmc = dt * self.fc_m
-        self._link_coulomb_on = bool(np.any(self.fc_l > 0))
-        self._asym_arg = self.asym if self._asym_on else None
-        self._str_arg = self.str_ratio if self.stribeck else None
         self.defl_comp = bool(s.deflection_compensation) and self.enabled
         tl = s.torque_limit_scale
         self.tau_lim = None if tl is None else float(tl) * cfg.tau_max
@@ -223,6 +222,88 @@ class TwinSim:
         self.kp = self.ki = self.kd = None
         self._reset_done = False
         self.omega_dt = None
+        self.t = 0.0
+        self.k = 0
+        # -- the compiled step and its buffers (twin.drive.step_layouts) ------------------------
+        self._lay = lay = drv.step_layouts(n)
+        self._x, self._c, self._p, self._y = (np.zeros(lay[k].size) for k in "xcpy")
+        self._X, self._C, self._P, self._Y = (lay[k].views(b) for k, b in
+                                              zip("xcpy", (self._x, self._c, self._p, self._y)))
+        # bias h(q, v) inside the compiled step from the arm's regressor when it reproduces
+        # PyBullet's inverse dynamics (checked here); otherwise PyBullet's, one call per step
+        self._theta, reg_key = self._model_bias(urdf) if self.enabled else (None, None)
+        self.bias_source = "pybullet" if reg_key is None else "compiled"
+        self._fn = _compiled("step", n, self.enabled, self.position_control, self._backlash_on, reg_key)
+        self._fbuf, self._run = self._fn.buffer()
+        for i, b in enumerate((self._x, self._c, self._p)):
+            self._fbuf.set_arg(i, memoryview(b))
+        self._fbuf.set_res(0, memoryview(self._y))
+        # the matrix build (every mass_matrix_every steps) writes straight into the step's "p"
+        mlay = drv.matrices_layout(n)
+        self._Mbuf, self._b, self._Wd = np.zeros((n, n)), np.zeros(mlay.size), np.zeros(2 * n)
+        self._B = mlay.views(self._b)
+        self._B["D"][:], self._B["J"][:], self._B["dt"][:] = self.D, self.J, dt
+        self._B["hd_drv"][:], self._B["hd_bck"][:] = self._hd_drv, self._hd_bck
+        self._mbuf, self._run_m = _compiled("matrices", n).buffer()
+        self._mbuf.set_arg(0, memoryview(self._Mbuf))
+        self._mbuf.set_arg(1, memoryview(self._b))
+        self._mbuf.set_res(0, memoryview(self._p))
+        self._mbuf.set_res(1, memoryview(self._Wd))
+        lx, ly = lay["x"], lay["y"]
+        # commit: y's first five blocks (w, qm, tau_r, integ, qc) are x's blocks w .. qc_prev
+        self._commit_x = slice(lx.slice("w").start, lx.slice("qc_prev").stop)
+        self._commit_y = slice(0, ly.slice("qc").stop)
+        self._qv = slice(0, 2 * n)
+        self._it = lx.slice("t").start
+        self._ibad = ly.slice("bad_input").start
+        self._ikc = ly.slice("k_changed").start
+        self._ff_set = False
+        self._ql = self._vl = None
+        self._xqc, self._xff, self._xh = self._X["qc"], self._X["tau_ff"], self._X["h"]
+        self._ytau = self._Y["tau_l"]
+        src = {"q_m": "qm", "qd_m": "w", "q_cmd": "qc"}
+        self._state_slices = [(ch, ly.slice(src.get(ch, ch))) for ch in STATE_CHANNELS
+                              if ch not in ("q", "qd", "qdd", "i_m")]
+        self._vprev_slice = ly.slice("v_prev")
+        c = self._C
+        c["fc_m"][:], c["fc_l"][:] = self.fc_m, self.fc_l
+        c["asym"][:] = self.asym
+        c["str_ratio"][:] = self.str_ratio if self.stribeck else 1.0
+        c["str_v"][:] = self.str_v
+        c["ripple"][:], c["ripple_k"][:] = self.ripple, self._ripple_k
+        c["backlash"][:], c["K"][:] = self.backlash, self.K
+        c["drift"][:], c["drift_T"][:], c["dt"][:] = self.drift, self.drift_T, dt
+        c["tau_lim"][:] = np.inf if self.tau_lim is None else self.tau_lim
+        if self._theta is not None:
+            c["theta"][:] = self._theta
+
+    #: largest relative difference between the regressor's bias and PyBullet's accepted
+    BIAS_RTOL = 1e-9
+
+    def _model_bias(self, urdf: str):
+        """(theta, key) of the arm's regressor when its bias h(q, v) = Y(q, v, 0) theta matches
+        PyBullet's calculateInverseDynamics (relative BIAS_RTOL, at seeded random states inside the
+        joint limits), else (None, None)."""
+        from identify.model import RobotModel
+        try:
+            model = RobotModel.from_urdf(urdf, self.cfg.joint_names, gravity=_gravity(self.cfg))
+        except Exception:                     # noqa: BLE001 -- any failure: use PyBullet's h
+            return None, None
+        key = (model.placements.tobytes(), model.axes.tobytes(), model.gravity.tobytes())
+        reg = _REGRESSORS.get(key)
+        if reg is None:
+            reg = _REGRESSORS[key] = _Regressor(model)
+        rng = np.random.default_rng(0)
+        lo = np.where(np.isfinite(self.cfg.q_min), self.cfg.q_min, -np.pi)
+        hi = np.where(np.isfinite(self.cfg.q_max), self.cfg.q_max, np.pi)
+        q = rng.uniform(lo, hi, (4, self.n))
+        v = rng.uniform(-2.0, 2.0, (4, self.n))
+        h_model = np.einsum("kij,j->ki", reg.Y(q, v, np.zeros_like(q)), model.params)
+        h_pb = np.array([self.bias(q[k], v[k]) for k in range(len(q))])
+        scale = np.maximum(np.abs(h_pb).max(axis=1, keepdims=True), 1.0)
+        if not np.all(np.abs(h_model - h_pb) <= self.BIAS_RTOL * scale):
+            return None, None
+        return model.params.copy(), key
 
     # ---------------------------------------------------------------------------------------
     def mass_matrix(self, q) -> np.ndarray:
@@ -268,107 +349,61 @@ class TwinSim:
         self._build_controller()
         self.t = 0.0
         self.k = 0
-        self.q = q0.copy()
-        self.v = qd0.copy()
-        self.qm = q0 + (g / self.K if self.enabled else 0.0)
-        if self._backlash_on and self.enabled:
-            self.qm = self.qm + np.sign(g) * self.backlash
-        self.w = qd0.copy()
+        qm = q0 + (g / self.K if self.enabled else 0.0)
+        if self._backlash_on:
+            qm = qm + np.sign(g) * self.backlash
         # integrator holds gravity: tau_m = Kp (q0 - q_m) + Ki I = g
         if self.position_control:
-            e0 = (self.qm if self.defl_comp else q0) - self.qm
-            self.integ = np.where(self.ki > 0, (g - self.kp * e0) / np.where(self.ki > 0, self.ki, 1.0), 0.0)
+            e0 = (qm if self.defl_comp else q0) - qm
+            integ = np.where(self.ki > 0, (g - self.kp * e0) / np.where(self.ki > 0, self.ki, 1.0), 0.0)
         else:
-            self.integ = np.zeros(self.n)
-        self._qc_prev = q0.copy()
+            integ = np.zeros(self.n)
+        X, Y = self._X, self._Y
+        self._x[:] = 0.0
+        self._y[:] = 0.0
+        X["q"][:], X["v"][:], X["w"][:], X["qm"][:] = q0, qd0, qd0, qm
+        X["tau_r"][:] = g if self.enabled else 0.0
+        X["integ"][:], X["qc_prev"][:], X["qc"][:] = integ, q0, q0
+        self._ff_set = False
+        self._ql, self._vl = q0.tolist(), qd0.tolist()
+        Y["w"][:], Y["qm"][:], Y["tau_r"][:], Y["integ"][:], Y["qc"][:] = (
+            X["w"], X["qm"], X["tau_r"], X["integ"], X["qc_prev"])
+        Y["tau_m"][:], Y["tau_l"][:], Y["tau_in"][:] = g, g, X["tau_r"]
+        Y["v_prev"][:] = qd0
+        Y["stick_m"][:] = Y["stick_l"][:] = 1.0 if self.enabled else 0.0
+        Y["K_eff"][:] = self.K
         self._M = M
         self._build_matrices(M, self.K)
-        z = np.zeros(self.n)
-        self._v_prev = self.v.copy()
-        self.tau_m = g.copy()
-        self.tau_r = g.copy() if self.enabled else z.copy()
-        self.tau_l = g.copy()
-        self.tau_ff = self._z
-        self._fric = None
-        self.q_cmd = q0.copy()
         self._reset_done = True
         return self.state()
 
     def _build_matrices(self, M: np.ndarray, K_eff: np.ndarray) -> None:
-        """Precompute the linear maps of the semi-implicit step for mass matrix M and the active
-        stiffness K_eff (n,).
+        """Precompute the linear maps of the semi-implicit step for mass matrix M (n, n) and the
+        active stiffness K_eff (n,), into the compiled step's matrix input (layout "p"), by the
+        compiled :func:`twin.drive.matrices_function`.
 
         Input x = [v, w, q_m, q, tau_me, h] (6n): link/motor velocity, motor/link angle (only the
         deflection e = q_m - q enters), motor torque minus ripple, bias h(q, v). Output
         Y = [u, w+, v+, tau_r, tau_l, q_m+] (6n) with u = w+ - v+ and q_m+ = q_m + dt w+.
         Y = A x + Cl P_l + Cm P_m for friction impulses P_l (links) and P_m (motors) [N*m*s].
         Equations: M (v+ - v) = dt (tau_r - f_lv v - h) + P_l,
-        J (w+ - w) = dt (tau_me - f_mv w - tau_r) + P_m, tau_r = K e + (K dt + D) u."""
-        n, dt = self.n, self.dt
+        J (w+ - w) = dt (tau_me - f_mv w - tau_r) + P_m, tau_r = K e + (K dt + D) u.
+        Harmonic-drive friction is evaluated at the END-of-step torque: sliding, the friction
+        impulse changes tau_r by gT * P_m (own joint), so F_hd = c |T_s - gT sg dt F_hd| ->
+        F_hd = c |T_s| / (1 +- c gT dt) (the factors k_drv, k_bck)."""
         # viscous friction follows the warm-up drift, refreshed with M (every mass_matrix_every
         # steps; the drift's time constant is seconds to minutes)
         fs = drv.drift_scale(self.t, self.drift, self.drift_T) if self.drift else 1.0
-        self._fv_m_eff = self.fv_m * fs
-        self._fv_l_eff = self.fv_l * fs
-        key = (K_eff.tobytes(), fs)
-        blocks = self._static.get(key)
-        if blocks is None:
-            if len(self._static) > 8:
-                self._static.clear()
-            I, O = np.eye(n), np.zeros((n, n))
-            B = K_eff * dt + self.D
-            invJ = 1.0 / self.J
-            La = np.hstack([-np.diag(self._fv_l_eff), O, np.diag(K_eff), O, -I])
-            Lb = np.hstack([O, -np.diag(self._fv_m_eff), -np.diag(K_eff), I, O])
-            Sv = np.hstack([I, O, O, O, O])
-            Zw = np.hstack([O, I, O, O, O]) + (dt * invJ)[:, None] * Lb
-            ST = np.hstack([O, O, np.diag(K_eff), O, O])
-            Sl = np.hstack([np.diag(self._fv_l_eff), O, O, O, O])
-            blocks = (B, invJ, La, Sv, Zw, ST, Sl)
-            self._static[key] = blocks
-        B, invJ, La, Sv, Zw, ST, Sl = blocks
-        I = np.eye(n)
-        Minv = np.linalg.inv(M)
-        Ginv = np.linalg.inv(I + dt * (np.diag(invJ) + Minv) * B[None, :])
-        Zv = Sv + (dt * Minv) @ La
-        Au = Ginv @ (Zw - Zv)
-        dtJB = dt * B * invJ
-        MB = dt * Minv * B[None, :]
-        Aw = Zw - dtJB[:, None] * Au
-        Av = Zv + MB @ Au
-        AT = ST + B[:, None] * Au
-        Al = AT - Sl
-        A5 = np.vstack([Au, Aw, Av, AT, Al])
-        Ae = A5[:, 2 * n:3 * n]
-        # input [v, w, q_m, q, tau_me, h]: the deflection e = q_m - q folded into the matrix;
-        # a sixth output block gives the new motor angle q_m + dt * w+ (symplectic Euler)
-        A = np.hstack([A5[:, :2 * n], Ae, -Ae, A5[:, 3 * n:]])
-        qm_row = dt * A[n:2 * n]
-        qm_row[:, 2 * n:3 * n] += I
-        self._A = np.vstack([A, qm_row])
-        Cu = Ginv * invJ[None, :]
-        Cw = np.diag(invJ) - dtJB[:, None] * Cu
-        CT = B[:, None] * Cu
-        self._Cm = np.vstack([Cu, Cw, MB @ Cu, CT, CT, dt * Cw])
-        Lu = -Ginv @ Minv
-        LT = B[:, None] * Lu
-        Lv = Minv + MB @ Lu
-        self._Cl = np.vstack([Lu, -dtJB[:, None] * Lu, Lv, LT, LT + I / dt, -dt * dtJB[:, None] * Lu])
-        Wm = np.diag(Cw).copy()
-        Wl = np.diag(Lv).copy()
-        self._Wl_full = 0.5 * (Lv + Lv.T)            # link Delassus matrix (symmetric)
-        self._Wl_inv = np.linalg.inv(self._Wl_full)
-        if np.any(Wm <= 0) or np.any(Wl <= 0):
+        B = self._B
+        B["K_eff"][:] = K_eff
+        B["fv_m"][:] = self.fv_m * fs
+        B["fv_l"][:] = self.fv_l * fs
+        self._Mbuf[:] = M
+        self._run_m()
+        if np.any(self._Wd <= 0):
             raise ValueError("drive coupling matrices are not positive: stiffness/damping too high "
                              "for the 1 ms step")
-        self._nWm = -1.0 / Wm
-        self._nWl = -1.0 / Wl
-        # HD friction at the END-of-step torque: sliding, the friction impulse changes tau_r by
-        # gT * P_m (own joint), so F_hd = c |T_s - gT sg dt F_hd| -> F_hd = c |T_s| / (1 +- c gT dt)
-        gT_dt = np.minimum(B * np.diag(Cu) * dt, 0.5)
-        self._k_drv = dt * self._hd_drv / (1.0 + self._hd_drv * gT_dt)
-        self._k_bck = dt * self._hd_bck / (1.0 - self._hd_bck * gT_dt)
-        self._Keff = K_eff
+        self._Keff = np.array(K_eff, dtype=float)
 
     # ---------------------------------------------------------------------------------------
     def step(self, q_cmd, tau_ff=None) -> TwinState:
@@ -378,218 +413,222 @@ class TwinSim:
         return self.state()
 
     def advance(self, q_cmd, tau_ff=None) -> None:
-        """:meth:`step` without building the TwinState (fast path; read attributes or state())."""
+        """:meth:`step` without building the TwinState (fast path; read attributes or state()).
+
+        One period = one call of the compiled step (controller + drive + friction) between
+        PyBullet's inverse dynamics (bias h) and set-torques / step / read-states."""
         if not self._reset_done:
             raise RuntimeError("TwinSim.step before reset(q0)")
-        n = self.n
         qc = q_cmd if type(q_cmd) is np.ndarray and q_cmd.dtype == float else np.asarray(q_cmd, float)
-        if qc.shape != (n,):
-            raise ValueError(f"step {self.k}: q_cmd has shape {qc.shape}, expected ({n},)")
-        if not math.isfinite(_sum(qc)):
-            raise ValueError(f"step {self.k} (t = {self.t:.3f} s): q_cmd is not finite: {qc.tolist()}")
+        xqc = self._xqc
+        if qc.shape != xqc.shape:
+            raise ValueError(f"step {self.k}: q_cmd has shape {qc.shape}, expected ({self.n},)")
+        xqc[:] = qc
         if tau_ff is not None:
-            tau_ff = np.asarray(tau_ff, dtype=float)
-            if tau_ff.shape != (n,) or not math.isfinite(_sum(tau_ff)):
-                raise ValueError(f"step {self.k} (t = {self.t:.3f} s): tau_ff must be {n} finite "
-                                 f"values, got {tau_ff.tolist()}")
-        v, w, q = self.v, self.w, self.q
-        # -- controller (motor side), one matrix product: see _build_controller -----------------
-        if self.position_control:
-            y = self._Gc @ np.concatenate((qc, self._qc_prev, self.qm, w, self.tau_r, self.integ))
-            tau_m = y[:n]
-            if tau_ff is not None:
-                tau_m = tau_m + tau_ff
-            if self.tau_lim is not None and _any(np.abs(tau_m) > self.tau_lim):
-                sat = np.abs(tau_m) > self.tau_lim
-                tau_m = np.minimum(np.maximum(tau_m, -self.tau_lim), self.tau_lim)
-                self.integ = self.integ + np.where(sat, 0.0, y[n:])       # anti-windup
-            else:
-                self.integ = self.integ + y[n:]
-        else:
-            tau_m = self._z if tau_ff is None else tau_ff
-        self._qc_prev = qc
+            ff = np.asarray(tau_ff, dtype=float)
+            if ff.shape != xqc.shape:
+                self._input_error(qc, ff)
+            self._xff[:] = ff
+            self._ff_set = True
+        elif self._ff_set:
+            self._xff[:] = 0.0
+            self._ff_set = False
+        x, y = self._x, self._y
+        x[self._it] = self.t
         c = self.client
-        if self.enabled and self.k % self.mm_every == 0 and self.k > 0:
-            self._M = self.mass_matrix(q)
-            self._build_matrices(self._M, self._Keff)
-        if not self.enabled:
-            tau_apply = tau_m
-            self.tau_r = tau_m
-            self.tau_l = tau_m
-        else:
-            tau_apply = self._drive_step(tau_m, q, v, w)
-        p.setJointMotorControlArray(self.body, self.jidx, p.TORQUE_CONTROL,
-                                    forces=tau_apply.tolist(), physicsClientId=c)
-        p.stepSimulation(physicsClientId=c)
-        qv = np.array([x[:2] for x in p.getJointStates(self.body, self.jidx, physicsClientId=c)])
-        self._v_prev = v
-        self.q = qv[:, 0]
-        self.v = qv[:, 1]
+        k = self.k
         if self.enabled:
-            self.qm = self._qm_new
-        else:
-            self.qm, self.w = self.q, self.v
-        self.tau_m = tau_m
-        self.tau_ff = self._z if tau_ff is None else tau_ff
-        self.q_cmd = qc
-        self.k += 1
-        self.t = self.k * self.dt
+            if k % self.mm_every == 0 and k > 0:
+                self._M = self.mass_matrix(x[:self.n].tolist())
+                self._build_matrices(self._M, self._Keff)
+            if self._theta is None:
+                self._xh[:] = p.calculateInverseDynamics(self.body, self._ql, self._vl, self._zeros,
+                                                         physicsClientId=c)
+        self._run()
+        if y[self._ibad]:
+            self._input_error(qc, tau_ff)
+        if self._backlash_on and y[self._ikc]:
+            # a joint entered or left the play: the spring's stiffness changed, redo the step
+            self._build_matrices(self._M, self._Y["K_eff"].copy())
+            self._run()
+        x[self._commit_x] = y[self._commit_y]
+        p.setJointMotorControlArray(self.body, self.jidx, _TORQUE_CONTROL,
+                                    forces=self._ytau.tolist(), physicsClientId=c)
+        p.stepSimulation(physicsClientId=c)
+        js = p.getJointStates(self.body, self.jidx, physicsClientId=c)
+        self._ql = ql = [r[0] for r in js]
+        self._vl = vl = [r[1] for r in js]
+        x[self._qv] = ql + vl
+        if not self.enabled:
+            self._X["w"][:] = self._Y["w"][:] = vl
+            self._X["qm"][:] = self._Y["qm"][:] = ql
+        self.k = k = k + 1
+        self.t = k * self.dt
+
+    def _input_error(self, qc, tau_ff):
+        """Raise the ValueError for a non-finite command or a bad feed-forward (state untouched)."""
+        if not np.all(np.isfinite(qc)):
+            raise ValueError(f"step {self.k} (t = {self.t:.3f} s): q_cmd is not finite: {qc.tolist()}")
+        ff = np.asarray(tau_ff, dtype=float)
+        raise ValueError(f"step {self.k} (t = {self.t:.3f} s): tau_ff must be {self.n} finite "
+                         f"values, got {ff.tolist()}")
+
+    def _build_controller(self) -> None:
+        """Position-loop coefficients of the compiled step: e = q_cmd (+ tau_r / K with
+        deflection compensation) - q_m, tau_m = Kp e + Ki integral + Kd ((q_cmd - q_cmd_prev) / dt
+        - w), integral += dt * e."""
+        dt = self.dt
+        dc = 1.0 if self.defl_comp else 0.0
+        kp, ki, kd, invK = self.kp, self.ki, self.kd, dc / self.K
+        C = self._C
+        C["c1"][:], C["c2"][:], C["c3"][:] = kp + kd / dt, -kd / dt, -kp
+        C["c4"][:], C["c5"][:], C["c6"][:] = -kd, kp * invK, ki
+        C["b1"][:], C["b3"][:], C["b5"][:] = dt, -dt, dt * invK
+
+    # -- state read-out: properties (copies) and the flat snapshot used by the backend -----------
+    @property
+    def snapshot_size(self) -> int:
+        """Length of :meth:`snapshot` rows."""
+        return 2 * self.n + self._lay["y"].size
+
+    def snapshot(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The current state as one flat row (q, v, then the step's outputs) [SI]; written into
+        `out` (snapshot_size,) if given. :meth:`channels` turns rows into named channels."""
+        if out is None:
+            out = np.empty(self.snapshot_size)
+        m = 2 * self.n
+        out[:m] = self._x[:m]
+        out[m:] = self._y
+        return out
+
+    def channels(self, rows: np.ndarray) -> dict:
+        """Snapshot rows (N, snapshot_size) -> {channel: (N, n) array} for every
+        :data:`STATE_CHANNELS` entry (SI; see :class:`TwinState`)."""
+        R = np.asarray(rows, dtype=float)
+        if R.ndim != 2 or R.shape[1] != self.snapshot_size:
+            raise ValueError(f"channels: rows have shape {R.shape}, expected (N, {self.snapshot_size})")
+        n, m, ly = self.n, 2 * self.n, self._lay["y"]
+        get = lambda name: R[:, m:][:, ly.slice(name)]          # noqa: E731
+        v = R[:, n:m]
+        out = {"q": R[:, :n], "qd": v, "qdd": (v - get("v_prev")) / self.dt, "q_m": get("qm"),
+               "qd_m": get("w"), "q_cmd": get("qc"), "tau_m": get("tau_m"),
+               "i_m": get("tau_m") / self.torque_factor}
+        for name in STATE_CHANNELS:
+            if name not in out:
+                out[name] = get(name)
+        return {name: np.array(out[name]) for name in STATE_CHANNELS}
+
+    @property
+    def q(self) -> np.ndarray:
+        """Link angle [rad] (n,)."""
+        return self._X["q"].copy()
+
+    @property
+    def v(self) -> np.ndarray:
+        """Link velocity [rad/s] (n,)."""
+        return self._X["v"].copy()
 
     @property
     def qdd(self) -> np.ndarray:
         """Link acceleration of the last step, (qd+ - qd) / dt [rad/s^2]."""
-        return (self.v - self._v_prev) / self.dt
+        return (self._X["v"] - self._Y["v_prev"]) / self.dt
 
-    def _build_controller(self) -> None:
-        """Position loop as one matrix: z = [q_cmd, q_cmd_prev, q_m, w, tau_r, integral] (6n) ->
-        [tau_m, dt * e] (2n), e = q_cmd (+ tau_r / K with deflection compensation) - q_m,
-        tau_m = Kp e + Ki integral + Kd ((q_cmd - q_cmd_prev) / dt - w)."""
-        n, dt = self.n, self.dt
-        dc = 1.0 if self.defl_comp else 0.0
-        D = np.diag
-        kp, ki, kd, invK = self.kp, self.ki, self.kd, dc / self.K
-        top = np.hstack([D(kp + kd / dt), D(-kd / dt), D(-kp), D(-kd), D(kp * invK), D(ki)])
-        O = np.zeros((n, n))
-        bot = dt * np.hstack([np.eye(n), O, -np.eye(n), O, D(invK), O])
-        self._Gc = np.vstack([top, bot])
+    @property
+    def w(self) -> np.ndarray:
+        """Motor velocity / eta [rad/s] (n,)."""
+        return self._Y["w"].copy()
 
-    def _drive_step(self, tau_m, q, v, w):
-        """Drive model for one step (see module doc); sets self.w (new motor velocity), tau_r,
-        tau_l and the friction impulses; returns the torque applied to the links (= tau_l)."""
-        n = self.n
-        dt = self.dt
-        qm = self.qm
-        if self._backlash_on:
-            e = qm - q
-            inside = np.abs(e) <= self.backlash
-            qm = q + (e - np.clip(e, -self.backlash, self.backlash))   # effective deflection
-            K_eff = np.where(inside, 0.0, self.K)
-            if not np.array_equal(K_eff, self._Keff):
-                self._build_matrices(self._M, K_eff)
-        if self._ripple_on:
-            tau_rip = self.ripple * np.sin(self._ripple_k * self.qm)
-            tau_m = tau_m - tau_rip
-        else:
-            tau_rip = None
-        h = np.array(p.calculateInverseDynamics(self.body, q.tolist(), v.tolist(), self._zeros,
-                                                physicsClientId=self.client))
-        y = self._A @ np.concatenate((v, w, qm, q, tau_m, h))
-        if self._var_friction:
-            fs = drv.drift_scale(self.t, self.drift, self.drift_T)
-            F_l = drv.coulomb_level(self.fc_l * fs, y[2 * n:3 * n], self._asym_arg,
-                                    self._str_arg, self.str_v)
-            lim_l = dt * F_l
-            dtFmc = dt * drv.coulomb_level(self.fc_m * fs, y[n:2 * n], self._asym_arg,
-                                           self._str_arg, self.str_v)
-        else:
-            lim_l = self._lim_l
-            dtFmc = self._dtFmc
-        # link-side Coulomb (stick-slip, per joint)
-        if self._link_coulomb_on:
-            v_s = y[2 * n:3 * n]
-            P_l = np.minimum(np.maximum(v_s * self._nWl, self._nlim_l if lim_l is self._lim_l
-                                        else -lim_l), lim_l)       # per-joint estimate
-            stuck = np.abs(P_l) < lim_l
-            if _any(stuck):
-                # the links are strongly coupled through M: solve the stuck set exactly,
-                # W_SS P_S = -(v_S + W_S,slip P_slip) (a per-joint estimate would diverge)
-                if _all(stuck):
-                    P_l = self._Wl_inv @ (-v_s)
-                else:
-                    W = self._Wl_full
-                    P_l = P_l.copy()
-                    P_l[stuck] = np.linalg.solve(W[np.ix_(stuck, stuck)],
-                                                 -(v_s[stuck] + W[np.ix_(stuck, ~stuck)] @ P_l[~stuck]))
-                P_l = np.minimum(np.maximum(P_l, -lim_l), lim_l)
-            y += self._Cl @ P_l
-        else:
-            P_l = self._z
-        # motor side: motor Coulomb + harmonic-drive load friction (stick-slip, per joint).
-        # HD friction level dt*F_hd = |tau_r| * k, k for driving (w tau_r > 0) or back-driven,
-        # made consistent with the END-of-step spring torque (see _build_matrices).
-        w_s = y[n:2 * n]
-        T_s = y[3 * n:4 * n]
-        lim = dtFmc + np.abs(T_s) * np.where(w_s * T_s > 0, self._k_drv, self._k_bck)
-        P_m = np.minimum(np.maximum(w_s * self._nWm, -lim), lim)   # stick: hold; slip: full friction
-        y += self._Cm @ P_m
-        if _any(np.abs(P_m) < lim):
-            # a joint sticks: one Jacobi correction for the motors' coupling through the links
-            P_2 = np.minimum(np.maximum(P_m + y[n:2 * n] * self._nWm, -lim), lim)
-            y += self._Cm @ (P_2 - P_m)
-            P_m = P_2
-        self.w = y[n:2 * n]
-        self.tau_r = y[3 * n:4 * n]
-        self.tau_l = y[4 * n:5 * n]
-        # (with backlash the matrix saw the effective motor angle; integrate the real one)
-        self._qm_new = self.qm + dt * self.w if self._backlash_on else y[5 * n:]
-        self._fric = (P_m, P_l, lim, dtFmc, lim_l, v, w, tau_rip, self._fv_m_eff, self._fv_l_eff)
-        return self.tau_l
+    @property
+    def qm(self) -> np.ndarray:
+        """Motor angle / eta [rad] (n,)."""
+        return self._Y["qm"].copy()
 
-    # -- friction components, computed on demand from the last step's impulses ------------------
+    @property
+    def q_cmd(self) -> np.ndarray:
+        """Last commanded link angle [rad] (n,)."""
+        return self._Y["qc"].copy()
+
+    @property
+    def integ(self) -> np.ndarray:
+        """Integral of the position-loop error [rad*s] (n,)."""
+        return self._Y["integ"].copy()
+
+    @property
+    def tau_m(self) -> np.ndarray:
+        """Reflected motor torque eta*beta*i [N*m] (n,)."""
+        return self._Y["tau_m"].copy()
+
+    @property
+    def tau_r(self) -> np.ndarray:
+        """Spring (torque-sensor) torque [N*m] (n,)."""
+        return self._Y["tau_r"].copy()
+
+    @property
+    def tau_l(self) -> np.ndarray:
+        """Torque applied to the links (rigid-body M qdd + h) [N*m] (n,)."""
+        return self._Y["tau_l"].copy()
+
+    @property
+    def tau_ff(self) -> np.ndarray:
+        """Feed-forward torque of the last step [N*m] (n,)."""
+        return self._Y["tau_ff"].copy()
+
     @property
     def tau_hd(self) -> np.ndarray:
         """Harmonic-drive load friction of the last step [N*m] (its share of the motor-side
         Coulomb-type impulse; positive resists positive motion)."""
-        if self._fric is None:
-            return np.zeros(self.n)
-        P_m, _, lim, dtFmc = self._fric[:4]
-        share = np.divide(lim - dtFmc, lim, out=np.zeros(self.n), where=lim > 0)
-        return -P_m / self.dt * share
+        return self._Y["tau_hd"].copy()
 
     @property
     def tau_mc(self) -> np.ndarray:
         """Motor-side Coulomb friction of the last step [N*m]."""
-        if self._fric is None:
-            return np.zeros(self.n)
-        return -self._fric[0] / self.dt - self.tau_hd
+        return self._Y["tau_mc"].copy()
 
     @property
     def tau_in(self) -> np.ndarray:
         """Harmonic-drive input torque tau'_r = tau_r + tau_hd [N*m]."""
-        return self.tau_r + self.tau_hd
+        return self._Y["tau_in"].copy()
 
     @property
     def tau_lc(self) -> np.ndarray:
         """Link-side Coulomb friction of the last step [N*m]."""
-        return np.zeros(self.n) if self._fric is None else -self._fric[1] / self.dt
+        return self._Y["tau_lc"].copy()
 
     @property
     def tau_mv(self) -> np.ndarray:
         """Motor-side viscous friction of the last step [N*m]."""
-        return np.zeros(self.n) if self._fric is None else self._fric[8] * self._fric[6]
+        return self._Y["tau_mv"].copy()
 
     @property
     def tau_lv(self) -> np.ndarray:
         """Link-side viscous friction of the last step [N*m]."""
-        return np.zeros(self.n) if self._fric is None else self._fric[9] * self._fric[5]
+        return self._Y["tau_lv"].copy()
 
     @property
     def tau_rip(self) -> np.ndarray:
         """Torque ripple of the last step [N*m]."""
-        if self._fric is None or self._fric[7] is None:
-            return np.zeros(self.n)
-        return self._fric[7]
+        return self._Y["tau_rip"].copy()
 
     @property
     def stick_m(self) -> np.ndarray:
         """1.0 where the motor side stuck in the last step."""
-        if self._fric is None:
-            return np.ones(self.n) if self.enabled else np.zeros(self.n)
-        return (np.abs(self._fric[0]) < self._fric[2]).astype(float)
+        return self._Y["stick_m"].copy()
 
     @property
     def stick_l(self) -> np.ndarray:
         """1.0 where the link side stuck in the last step."""
-        if self._fric is None:
-            return np.ones(self.n) if self.enabled else np.zeros(self.n)
-        return (np.abs(self._fric[1]) < self._fric[4]).astype(float)
+        return self._Y["stick_l"].copy()
 
     def state(self) -> TwinState:
-        """The current ground-truth state (copies)."""
-        i_m = self.tau_m / self.torque_factor
-        kw = {name: np.array(getattr(self, _ATTR.get(name, name)), dtype=float) for name in STATE_CHANNELS
-              if name != "i_m"}
-        return TwinState(t=self.t, i_m=i_m, **kw)
+        """The current ground-truth state (copies; same values as :meth:`channels`)."""
+        n = self.n
+        xc = self._x[:2 * n].copy()
+        yc = self._y.copy()
+        kw = {name: yc[sl] for name, sl in self._state_slices}
+        kw["q"], kw["qd"] = xc[:n], xc[n:]
+        kw["qdd"] = (kw["qd"] - yc[self._vprev_slice]) / self.dt
+        kw["i_m"] = kw["tau_m"] / self.torque_factor
+        return TwinState(t=self.t, **kw)
 
     def close(self) -> None:
         """Disconnect PyBullet and remove temporary files."""
@@ -616,7 +655,41 @@ class TwinSim:
             pass
 
 
-_ATTR = {"qd": "v", "qd_m": "w", "q_m": "qm"}
+_TORQUE_CONTROL = p.TORQUE_CONTROL
+
+#: compiled functions (twin.drive.step_function / matrices_function), built once per process
+_COMPILED: dict = {}
+
+
+class _Regressor:
+    """An arm's symbolic regressor (for the compiled bias) and a batch evaluator of it."""
+
+    def __init__(self, model):
+        from identify.regressor import BatchEvaluator
+        self.f = model.regressor_function()
+        self.Y = BatchEvaluator(self.f)
+
+
+#: regressors per arm geometry (placements, axes, gravity)
+_REGRESSORS: dict = {}
+
+
+def _compiled(kind: str, n: int, *flags):
+    """The compiled step ("step", n, drive model, position loop, backlash, regressor key) or
+    matrix build ("matrices", n); the generated C is cached on disk by
+    identify.regressor.compile_function."""
+    key = (kind, n) + flags
+    f = _COMPILED.get(key)
+    if f is None:
+        if kind == "step":
+            enabled, position_control, backlash, reg_key = flags
+            f = drv.step_function(n, enabled=enabled, position_control=position_control,
+                                  backlash=backlash,
+                                  regressor=None if reg_key is None else _REGRESSORS[reg_key].f)
+        else:
+            f = drv.matrices_function(n)
+        f = _COMPILED[key] = compile_function(f)
+    return f
 
 
 def _gravity(cfg: TwinConfig):

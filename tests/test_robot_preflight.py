@@ -1,0 +1,67 @@
+"""robot.backend.preflight and the settings' interlock state: an unarmed hardware run is refused
+from the scenario's settings alone, before any model, trajectory or bus work."""
+from pathlib import Path
+
+import pytest
+
+from robot.backend import HardwareBackend, preflight
+from robot.config import ConfigError, HardwareSettings
+from robot.safety import SafetyRefused
+
+ROOT = Path(__file__).resolve().parent.parent
+ARM = {"urdf": str(ROOT / "assets" / "cobot6.urdf"), "drives": str(ROOT / "assets" / "cobot6_drives.yaml")}
+
+
+def test_settings_expose_interlock_state():
+    s = HardwareSettings.from_settings({"iface": "eth1"})
+    assert not s.may_enable and "not armed" in s.refusal()
+    assert HardwareSettings.from_settings({"dry_run": True}).refusal() is None
+    assert not HardwareSettings.from_settings({"dry_run": True, "armed": True}).may_enable
+    armed = HardwareSettings.from_settings({"iface": "eth1", "armed": True})
+    assert armed.may_enable and armed.refusal() is None
+
+
+def test_scenario_loader_settings_show_refusal():
+    """The scenario layer validates `hardware:` with HardwareSettings.from_settings (identify's
+    SETTINGS_VALIDATORS); the object it gets back already knows the run will be refused."""
+    from identify.scenario import SETTINGS_VALIDATORS, scenario_from_dict
+    mod, cls, meth = SETTINGS_VALIDATORS["hardware"]
+    assert (mod, cls, meth) == ("robot.config", "HardwareSettings", "from_settings")
+    scn = scenario_from_dict({"arm": {"urdf": ARM["urdf"], "drives": ARM["drives"]},
+                              "backend": "hardware", "hardware": {"iface": "eth1"}},
+                             base=str(ROOT))
+    s = HardwareSettings.from_settings(scn.backend_settings())
+    assert s.refusal() is not None and not s.may_enable
+    with pytest.raises(SafetyRefused, match="not armed"):
+        preflight(scn.arm.to_backend_dict(), scn.backend_settings())
+
+
+def test_unarmed_refused_before_reading_anything(tmp_path):
+    """The interlock is checked first: the refusal comes even when the arm's files do not exist
+    (nothing was loaded, no model built, the bus never touched)."""
+    missing = {"urdf": str(tmp_path / "none.urdf"), "drives": str(tmp_path / "none.yaml")}
+    with pytest.raises(SafetyRefused, match="not armed") as e:
+        preflight(missing, {"iface": "eth1", "armed": False, "config": str(tmp_path / "none_cfg.yaml")})
+    assert isinstance(e.value, ValueError)          # the pipeline's refusal type (exit code 4)
+    with pytest.raises(SafetyRefused, match="not armed"):
+        HardwareBackend({}, {"iface": "eth1"}).run(object())   # run() refuses before the trajectory
+
+
+def test_armed_preflight_checks_files_and_payload(tmp_path):
+    s = preflight(ARM, {"iface": "eth1", "armed": True})
+    assert s.may_enable and s.iface == "eth1"
+    assert not preflight({}, {"dry_run": True}).may_enable          # reference arm, offline check
+    with pytest.raises(ValueError, match="iface"):
+        preflight(ARM, {"armed": True})
+    with pytest.raises(ValueError, match="unknown hardware setting"):
+        preflight(ARM, {"armed": True, "iface": "eth1", "armd": True})
+    with pytest.raises(ValueError, match="arm.payload.mass_kg must be > 0"):
+        preflight({**ARM, "payload": {"mass_kg": -1.0}}, {"iface": "eth1", "armed": True})
+    with pytest.raises(FileNotFoundError, match="none.yaml"):
+        preflight({**ARM, "drives": str(tmp_path / "none.yaml")}, {"iface": "eth1", "armed": True})
+    with pytest.raises(ConfigError, match="not found"):
+        preflight(ARM, {"iface": "eth1", "armed": True, "config": str(tmp_path / "c.yaml")})
+    bad = tmp_path / "drives.yaml"
+    bad.write_text(Path(ARM["drives"]).read_text().replace("xi_sf: 0.18\n", "xi_sf: 0.9\n", 1))
+    with pytest.raises(ValueError, match="joint2"):
+        preflight({**ARM, "drives": str(bad)}, {"iface": "eth1", "armed": True})
