@@ -234,6 +234,55 @@ def _table(names, value, std=None, truth=None, poorly_excited=None) -> dict:
     return t
 
 
+def _perr_summary(pe) -> dict:
+    """metrics.json summary of a validation.ParameterErrors (count = parameters compared; a
+    parameter without a std is skipped and listed with the reason)."""
+    rel = np.abs(pe.rel_error[np.isfinite(pe.rel_error)])
+    return {"count": int(pe.n), "within_3sigma": int(pe.n_within),
+            "median_abs_error_percent": float(np.median(rel)) if rel.size else None,
+            "max_abs_error_percent": float(np.max(rel)) if rel.size else None,
+            "rel_error_percent": [None if not np.isfinite(x) else float(x) for x in pe.rel_error],
+            "z": [None if not np.isfinite(x) else float(x) for x in pe.z],
+            "skipped_count": int(pe.n_skipped),
+            "skipped": [{"name": nm, "reason": why} for nm, why in pe.skipped]}
+
+
+def _stage2_flags(s2) -> dict:
+    """Per-joint stage-2 diagnostics of a joint_models.Stage2Result, YAML-able ((n, k+4) lists
+    in ``names`` order unless noted):
+
+    poorly_excited / poorly_excited_count / poorly_excited_names: joint_models' flag (std >
+        |value|, or no std: a NaN std -- fixed xi, noise-dominated column -- counts as poorly
+        excited); a_poorly_excited (n, 5): the same for the paper's a1..a5 (linear variant);
+    noise_dominated / noise_dominated_names: the coefficient's regressor column (tau_r or
+        taudd_r) is more than half sensor noise -- not identifiable, std NaN;
+    eiv_bias: estimated errors-in-variables bias of each coefficient (already in its std);
+    tau_int: integrated autocorrelation time [samples] by which its variance was inflated
+        (NaN for a fixed xi)."""
+    n_c = len(s2.names)
+
+    def per_joint(attr, fill):
+        rows = []
+        for j in s2.joints:
+            v = getattr(j, attr, None)
+            rows.append(np.full(n_c, fill) if v is None else np.asarray(v).reshape(-1))
+        return np.array(rows)
+    pe = np.asarray(s2.poorly_excited, bool)
+    dom = per_joint("noise_dominated", False).astype(bool)
+    out = {"poorly_excited": pe.tolist(), "poorly_excited_count": int(pe.sum()),
+           "poorly_excited_names": list(s2.poorly_excited_names),
+           "noise_dominated": dom.tolist(),
+           "noise_dominated_names": [f"{j.joint}.{nm}" for j, row in zip(s2.joints, dom)
+                                     for nm, bad in zip(j.names, row) if bad],
+           "eiv_bias": per_joint("eiv_bias", 0.0).astype(float).tolist(),
+           "tau_int": per_joint("tau_int", np.nan).astype(float).tolist(),
+           "xi_identified": [bool(j.xi_identified) for j in s2.joints]}
+    ape = s2.a_poorly_excited
+    if ape is not None:
+        out["a_poorly_excited"] = np.asarray(ape, bool).tolist()
+    return out
+
+
 #: twin options under which the twin's friction is not a constant-parameter law, per stage
 _NOT_CONSTANT = {
     "stribeck": "stribeck: true -- the Coulomb level depends on speed (Stribeck peak)",
@@ -509,17 +558,7 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
         stage2 = {"variant": s2.variant, "names": list(s2.names), "joints": [j.joint for j in s2.joints],
                   "params": s2.params.tolist(), "std": s2.std.tolist(),
                   "rms_Nm": s2.rms.tolist()}
-        # per joint and coefficient: the joint-models module's flag (std > |value|); the same
-        # criterion computed here for a module version without it
-        pe2 = getattr(s2, "poorly_excited", None)
-        if pe2 is None:
-            pe2 = ~(np.asarray(s2.std, float) <= np.abs(np.asarray(s2.params, float)))
-        pe2 = np.asarray(pe2, bool)
-        stage2["poorly_excited"] = pe2.tolist()
-        stage2["poorly_excited_count"] = int(pe2.sum())
-        ape = getattr(s2, "a_poorly_excited", None)
-        if ape is not None:
-            stage2["a_poorly_excited"] = np.asarray(ape, bool).tolist()
+        stage2.update(_stage2_flags(s2))
         if truth is not None and not truth["applicable"]["stage2"]:
             stage2["truth_not_applicable"] = list(truth["not_applicable"]["stage2"])
         if truth is not None and s2.variant != "linear" and truth["applicable"]["stage2"]:
@@ -539,13 +578,17 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
                                          "better": cmp["better"], "note": cmp["note"]}}
         pe = vres.parameter_errors.get("stage1")
         if pe is not None:
-            rel = np.abs(pe.rel_error[np.isfinite(pe.rel_error)])
-            perr["improved_stage1"] = {
-                "count": int(pe.n), "within_3sigma": int(pe.n_within),
-                "median_abs_error_percent": float(np.median(rel)) if rel.size else None,
-                "max_abs_error_percent": float(np.max(rel)) if rel.size else None,
-                "rel_error_percent": [None if not np.isfinite(x) else float(x) for x in pe.rel_error],
-                "z": [None if not np.isfinite(x) else float(x) for x in pe.z]}
+            perr["improved_stage1"] = _perr_summary(pe)
+        if "truth" in stage2:
+            # stage-2 coefficients against the twin's drive truth; coefficients without a std
+            # (xi not identified, noise-dominated column) are skipped, with the reason
+            from .validation import stage2_errors
+            try:
+                pe2 = stage2_errors(s2, truth["stage2"])
+            except ValueError as exc:
+                warnings.append(f"stage-2 parameter errors: {exc}")
+            else:
+                perr["improved_stage2"] = {**_perr_summary(pe2), "names": list(pe2.names)}
     # full parameters for the URDF: consistent fit, else the closest to the prior
     prior_inertial, prior_info = prior_parameters(scn, model, recs)
     params["prior"] = dict(prior_info)

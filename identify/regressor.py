@@ -128,27 +128,33 @@ def _cache_dir() -> Path:
 def compile_function(f: ca.Function) -> ca.Function:
     """The same Function as generated C compiled with the system C compiler (cached on disk,
     keyed by the function's serialized graph). Falls back to CasADi's virtual machine -- with a
-    warning -- when no compiler is available."""
+    warning naming the function -- when no compiler is available or compiling fails."""
     key = hashlib.sha256(f.serialize().encode()).hexdigest()[:20]
     folder = _cache_dir()
     so = folder / f"{f.name()}_{key}.so"
     if not so.exists():
         cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-        if cc is None:
-            warnings.warn("no C compiler found: evaluating the regressor in CasADi's virtual "
-                          "machine (about 20x slower)", RuntimeWarning, stacklevel=2)
+        if cc is None or shutil.which(cc) is None:
+            warnings.warn(f"no C compiler found{f' (CC={cc!r})' if cc else ''}: evaluating CasADi "
+                          f"function {f.name()!r} in the virtual machine (about 20x slower)",
+                          RuntimeWarning, stacklevel=2)
             return f
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
-            cg = ca.CodeGenerator(f"{f.name()}_{key}.c", {"with_header": False})
+            src = f"{f.name()}_{key}.c"
+            cg = ca.CodeGenerator(src, {"with_header": False})
             cg.add(f)
             cg.generate(tmp + os.sep)
             tmp_so = Path(tmp) / so.name
-            res = subprocess.run([cc, "-O2", "-shared", "-fPIC", str(Path(tmp) / f"{f.name()}_{key}.c"),
-                                  "-o", str(tmp_so), "-lm"], capture_output=True, text=True)
-            if res.returncode != 0:
-                warnings.warn(f"compiling the regressor failed ({res.stderr.strip()[:300]}); "
-                              f"using CasADi's virtual machine", RuntimeWarning, stacklevel=2)
+            try:
+                res = subprocess.run([cc, "-O2", "-shared", "-fPIC", str(Path(tmp) / src),
+                                      "-o", str(tmp_so), "-lm"], capture_output=True, text=True)
+                err = res.stderr.strip()[:300] if res.returncode != 0 else None
+            except OSError as exc:
+                err = str(exc)
+            if err is not None:
+                warnings.warn(f"compiling CasADi function {f.name()!r} with {cc} failed ({err}); "
+                              f"using the virtual machine", RuntimeWarning, stacklevel=2)
                 return f
             os.replace(tmp_so, so)  # atomic: concurrent processes never load a partial file
     return ca.external(f.name(), str(so))

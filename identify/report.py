@@ -37,6 +37,15 @@ PAPER = {
 }
 
 
+def _paper_row(joint_name, j: int, n: int) -> list:
+    """The paper's Table 2 row for a joint: by the joint's number in its name ("joint3" -> row 3)
+    when the run identifies a subset of the six joints, else by position."""
+    import re
+    m = re.fullmatch(r"\D*(\d+)", str(joint_name or ""))
+    k = int(m.group(1)) - 1 if m and n != len(PAPER["table2"]) else j
+    return PAPER["table2"][k] if 0 <= k < len(PAPER["table2"]) else [None] * 5
+
+
 def _fmt(v, digits: int = 4) -> str:
     if v is None:
         return "--"
@@ -113,7 +122,9 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
             if not models:
                 continue
             n = len(r[models[0]]["per_joint"])
-            head = ["model"] + [f"joint {j + 1}" for j in range(n)] + ["overall"]
+            jn = metrics.get("joint_names")
+            head = (["model"] + (list(jn) if isinstance(jn, list) and len(jn) == n
+                                 else [f"joint {j + 1}" for j in range(n)]) + ["overall"])
             rows = [[m] + [_fmt(v) for v in r[m]["per_joint"]] + [_fmt(r[m].get("overall"))]
                     for m in models]
             B.append(("h", 3, f"RMS per joint, {traj} trajectory [N*m]"))
@@ -166,7 +177,8 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
 
     for model_key, model in (params.get("models") or {}).items():
         for block_key, table in (model or {}).items():
-            if not isinstance(table, dict) or "names" not in table:
+            # value tables only (the stage-2 block, with per-joint rows, has its own section)
+            if not isinstance(table, dict) or "names" not in table or "value" not in table:
                 continue
             B.append(("h", 2, f"Parameters: {model_key} / {block_key}"))
             if table.get("note"):
@@ -194,9 +206,21 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                        "reflected motor inertia [kg*m^2]; J_m/K: compliance term (see "
                        "docs/joint_models.md)."))
         if "poorly_excited_count" in s2:
-            B.append(("p", f"Poorly excited (std > |value|, marked *): "
+            B.append(("p", f"Poorly excited (std > |value|, or no std; marked *): "
                            f"**{s2['poorly_excited_count']}** of "
-                           f"{sum(len(r) for r in s2['params'])} coefficients."))
+                           f"{sum(len(r) for r in s2['params'])} coefficients"
+                           + (": " + ", ".join(s2["poorly_excited_names"])
+                              if s2.get("poorly_excited_names") else "") + "."))
+        if "noise_dominated" in s2:
+            nd = s2.get("noise_dominated_names") or []
+            B.append(("p", f"Noise-dominated (regressor column tau_r or taudd_r more than half "
+                           f"sensor noise: not identifiable, std nan; marked #): "
+                           f"**{len(nd)}**" + (": " + ", ".join(nd) if nd else "") + "."))
+        if "xi_identified" in s2 and not all(s2["xi_identified"]):
+            bad = [nm for nm, ok in zip(s2.get("joints", []), s2["xi_identified"]) if not ok]
+            B.append(("p", "xi not identified (the data do not fix it, e.g. a torque-sensor "
+                           "signal too small; fixed at 0, the motor-side coefficients absorb "
+                           "it): " + ", ".join(bad) + "."))
         if s2.get("truth_not_applicable"):
             B.append(("p", "Stage-2 ground truth **not applicable**: "
                            + "; ".join(s2["truth_not_applicable"]) + "."))
@@ -206,18 +230,38 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
             name = s2.get("joints", [])[j] if j < len(s2.get("joints", [])) else str(j + 1)
             truth = s2["truth"][j] if "truth" in s2 else [None] * len(vals)
             flags = s2["poorly_excited"][j] if "poorly_excited" in s2 else [False] * len(vals)
+            noisy = s2["noise_dominated"][j] if "noise_dominated" in s2 else [False] * len(vals)
             rows.append([name] + [f"{_fmt(v)} +- {_fmt(sd, 2)}" + ("*" if f else "")
+                                  + ("#" if nd else "")
                                   + ("" if t is None else f" (truth {_fmt(t)})")
-                                  for v, sd, t, f in zip(vals, sds, truth, flags)]
+                                  for v, sd, t, f, nd in zip(vals, sds, truth, flags, noisy)]
                         + [_fmt(s2.get("rms_Nm", [None] * (j + 1))[j])])
         B.append(("table", head, rows))
+        if "eiv_bias" in s2 or "tau_int" in s2:
+            B.append(("p", "Uncertainty ingredients per coefficient: estimated errors-in-variables "
+                           "bias (noise of the measured tau_r in the regressor; included in the "
+                           "std) / integrated autocorrelation time tau_int [samples] (the "
+                           "variance is inflated by it; nan for a fixed xi)."))
+            head = ["joint"] + list(s2["names"])
+            rows = []
+            for j in range(len(s2["params"])):
+                name = s2.get("joints", [])[j] if j < len(s2.get("joints", [])) else str(j + 1)
+                eb = (s2.get("eiv_bias") or [[None] * len(s2["names"])] * (j + 1))[j]
+                ti = (s2.get("tau_int") or [[None] * len(s2["names"])] * (j + 1))[j]
+                rows.append([name] + [f"{_fmt(b, 2)} / {_fmt(t, 3)}" for b, t in zip(eb, ti)])
+            B.append(("table", head, rows))
     if isinstance(s2, dict) and "a" in s2:
         B.append(("h", 2, "Stage-2 joint coefficients a1..a5 vs the paper's Table 2"))
         head = ["joint"] + [f"a{k + 1}" for k in range(5)] + [f"paper a{k + 1}" for k in range(5)]
         rows = []
+        jn = s2.get("joints") or [f"joint{j + 1}" for j in range(len(s2["a"]))]
+        ape = s2.get("a_poorly_excited")
         for j, row in enumerate(s2["a"]):
-            paper = PAPER["table2"][j] if j < len(PAPER["table2"]) else [None] * 5
-            rows.append([str(j + 1)] + [_fmt(v) for v in row[:5]] + [_fmt(v) for v in paper])
+            paper = _paper_row(jn[j] if j < len(jn) else None, j, len(s2["a"]))
+            flags = ape[j] if ape is not None and j < len(ape) else [False] * 5
+            rows.append([str(jn[j]) if j < len(jn) else str(j + 1)]
+                        + [_fmt(v) + ("*" if f else "") for v, f in zip(row[:5], flags)]
+                        + [_fmt(v) for v in paper])
         B.append(("table", head, rows))
 
     prior = metrics.get("prior")
@@ -234,12 +278,23 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
     pe = metrics.get("parameter_errors")
     if pe:
         B.append(("h", 2, "Parameter errors against the twin's ground truth"))
-        head = ["model", "parameters", "median |error| [%]", "max |error| [%]", "within 3 sigma"]
+        head = ["model", "parameters", "median |error| [%]", "max |error| [%]", "within 3 sigma",
+                "skipped (no std)"]
         rows = [[k, _fmt(v.get("count")), _fmt(v.get("median_abs_error_percent")),
                  _fmt(v.get("max_abs_error_percent")),
-                 f"{v.get('within_3sigma', '--')}/{v.get('count', '--')}"]
+                 f"{v.get('within_3sigma', '--')}/{v.get('count', '--')}",
+                 _fmt(v.get("skipped_count", 0))]
                 for k, v in pe.items() if isinstance(v, dict)]
         B.append(("table", head, rows))
+        for k, v in pe.items():
+            sk = v.get("skipped") if isinstance(v, dict) else None
+            if sk:
+                by: dict = {}
+                for e in sk:
+                    by.setdefault(e.get("reason", "?"), []).append(e.get("name", "?"))
+                B.append(("p", f"{k}: {len(sk)} skipped (not counted): "
+                               + "; ".join(f"{', '.join(nms)} -- {why}" for why, nms in by.items())
+                               + "."))
 
     timings = metrics.get("timings_s", {})
     if timings:
@@ -262,9 +317,11 @@ def render_markdown(blocks: list[tuple]) -> str:
             out.append(b[1])
         elif kind == "table":
             head, rows = b[1], b[2]
-            out.append("| " + " | ".join(head) + " |")
+            def cell(c):                  # a '|' inside a cell would split the column
+                return str(c).replace("|", "\\|")
+            out.append("| " + " | ".join(cell(h) for h in head) + " |")
             out.append("|" + "---|" * len(head))
-            out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+            out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
         elif kind == "img":
             out.append(f"![{b[2]}]({b[1]})")
         elif kind == "code":

@@ -144,3 +144,15 @@ def test_link_origins_match_pybullet(ref_model):
                 np.testing.assert_allclose(P[k, j + 1], ls[4], atol=1e-6)  # URDF link frame
     finally:
         p.disconnect(cid)
+
+
+def test_without_a_compiler_falls_back_with_a_warning(tmp_path, monkeypatch):
+    """A missing compiler (CC pointing nowhere) must not break evaluation: same numbers, warned."""
+    from identify.regressor import BatchEvaluator
+    monkeypatch.setenv("TWINID_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    m = RobotModel.reference()
+    with pytest.warns(RuntimeWarning, match="no C compiler found"):
+        ev = BatchEvaluator(m.regressor_function())
+    q, qd, qdd = _states(6, 7, seed=9)
+    np.testing.assert_allclose(ev(q, qd, qdd), m.regressor(q, qd, qdd), atol=1e-12)

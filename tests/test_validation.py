@@ -17,7 +17,7 @@ from identify.base_params import compute_base_parameters
 from identify.joint_models import ImprovedModel, SimplifiedModel
 from identify.processing import Processed
 from identify.validation import (ValidationResult, decompose, parameter_errors, relative_change,
-                                 rms, true_base_parameters, validate)
+                                 rms, stage2_errors, true_base_parameters, validate)
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # the shared synthetic generator
 from test_joint_models import EPS, LOAD_EPS, drive_truth, sines, synth  # noqa: E402
 
@@ -129,6 +129,68 @@ def test_parameter_errors_closed_form():
     assert pe2.n_within == 0 and "NO" in pe2.table()
     with pytest.raises(ValueError, match="length"):
         parameter_errors([1.0, 2.0], [0.1], [1.0, 2.0])
+
+
+def test_parameter_errors_nan_std_is_skipped_not_a_miss():
+    """A NaN std (not identifiable) used to give z = inf and count as a miss; it is now left out
+    of the +-3 sigma count and reported as skipped, while its error is still given."""
+    pe = parameter_errors([1.0, 2.2, 7.0], [0.1, 0.1, np.nan], [1.05, 2.0, 5.0],
+                          names=["a", "b", "c"])
+    assert pe.n == 2 and pe.n_within == 2 and pe.n_skipped == 1
+    assert pe.skipped[0][0] == "c" and "NaN" in pe.skipped[0][1]
+    assert np.isnan(pe.z[2]) and not pe.within_3sigma[2] and not pe.compared[2]
+    assert pe.rel_error[2] == pytest.approx(40.0)
+    assert "1 skipped" in pe.table() and "skipped (std nan)" in pe.table()
+    d = pe.to_dict()
+    assert d["n_skipped"] == 1 and d["skipped"][0]["name"] == "c"
+    json.dumps(d, allow_nan=False)
+
+
+def test_stage2_errors_skip_noise_dominated_and_unidentified():
+    """Closed-form check on hand-built stage-2 results: joint1 fully identified (z by hand),
+    joint2's J_m/K noise-dominated (std NaN, as identify.joint_models marks it), joint3 without
+    an identified xi. Only the comparable coefficients are counted; the others are listed with
+    their reason."""
+    from identify.joint_models import Stage2Joint, Stage2Result
+    names = ["xi_opp", "f_mc", "f_mv", "J_m", "J_m/K"]
+    truth = {"xi": [0.1, 0.2, 0.3], "f_mc": [1.0, 2.0, 3.0], "f_mv": [0.5, 0.6, 0.7],
+             "J_m": [0.4, 0.5, 0.6], "K": [1e4, 2e4, 3e4]}
+    t = np.array([[truth["xi"][j], truth["f_mc"][j], truth["f_mv"][j], truth["J_m"][j],
+                   truth["J_m"][j] / truth["K"][j]] for j in range(3)])
+    theta = t * 1.1                                   # 10 % off everywhere
+    std = np.abs(t) * 0.05                            # -> z = 2 everywhere
+    joints = []
+    for j in range(3):
+        var = std[j] ** 2
+        dom = np.zeros(5, bool)
+        ok = True
+        if j == 1:
+            dom[4] = True
+            var = var.copy()
+            var[4] = np.nan                            # joint_models: cov row/col NaN
+        if j == 2:
+            ok = False
+            var = var.copy()
+            var[0] = np.nan
+        joints.append(Stage2Joint(f"joint{j + 1}", "opposing", names, theta[j], np.diag(var),
+                                  0.1, 100, xi_identified=ok, noise_dominated=dom))
+    res = Stage2Result("opposing", joints)
+    pe = stage2_errors(res, truth)
+    assert pe.names == [f"joint1.{n}" for n in names] + [f"joint2.{n}" for n in names[:4]]
+    assert pe.n == 9 and pe.n_within == 9                   # z = 2 each; no inf miss
+    np.testing.assert_allclose(pe.z, 2.0)
+    assert pe.n_skipped == 6
+    reasons = dict(pe.skipped)
+    assert "noise-dominated" in reasons["joint2.J_m/K"]
+    assert all("xi not identified" in reasons[f"joint3.{n}"] for n in names)
+    assert "6 skipped" in pe.table()
+    # a NaN std without the noise flag is skipped too (reason: std NaN)
+    joints[0].noise_dominated = None
+    joints[0].cov = joints[0].cov.copy()
+    joints[0].cov[2, 2] = np.nan
+    pe2 = stage2_errors(res, truth)
+    assert pe2.n == 8 and pe2.n_within == 8
+    assert "NaN" in dict(pe2.skipped)["joint1.f_mv"]
 
 
 def test_validate_on_synthetic(model, base, fitted):

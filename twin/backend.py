@@ -1,8 +1,18 @@
 """The twin as a pipeline backend: trajectory in, :class:`identify.recording.Recording` out.
 
 ``make_backend(arm, settings)`` is registered under the name "twin" in identify.backend.
-``arm = {"urdf": path, "drives": path, "payload": {mass_kg, com_m, inertia_kgm2} | None}``;
-``settings`` uses the keys of :class:`twin.config.TwinSettings` (unknown keys -> ValueError).
+``arm = {"urdf": path, "drives": path, "payload": {mass_kg, com_m, inertia_kgm2} | None,
+"joints": [names] | None, "qdd_max": (n,) | None}``; ``settings`` uses the keys of
+:class:`twin.config.TwinSettings` (unknown keys -> ValueError).
+
+Joint subset (``arm["joints"]``, as ``RobotModel.from_urdf(joints=...)``): the twin still
+simulates the whole arm; the joints outside the subset are commanded to hold 0 rad (their drive's
+position loop holds them there, physically like a locked joint -- they deflect only by their
+spring and tracking error, reported in ``meta["held_joints"]``). Trajectories then have one column
+per subset joint (in the URDF's chain order, like the model's joint_names), and the Recording
+holds only the subset's columns (``joint_names`` = the subset, ``truth`` likewise). 0 rad must lie
+within every held joint's position limits. ``qdd_max`` may be given for the full arm or for the
+subset (then the other joints keep the default).
 
 A run: the trajectory is evaluated on the 1 kHz control grid and checked (finite, joint position /
 velocity / acceleration limits) before anything moves; the arm is reset at rest at the
@@ -33,12 +43,31 @@ class TwinBackend:
     def __init__(self, arm: dict, settings: dict | None = None):
         if not isinstance(arm, dict) or "urdf" not in arm or "drives" not in arm:
             raise ValueError(f"twin backend: arm must be a dict with 'urdf' and 'drives' paths, got {arm!r}")
-        bad = sorted(set(arm) - {"urdf", "drives", "payload", "name", "qdd_max"})
+        bad = sorted(set(arm) - {"urdf", "drives", "payload", "name", "qdd_max", "joints"})
         if bad:
             raise ValueError(f"twin backend: unknown arm key(s) {bad}")
         self.arm = dict(arm)
+        from identify.urdf import load_chain
+        all_names = list(load_chain(arm["urdf"]).joint_names)
+        self.active = _subset_indices(arm.get("joints"), all_names, arm["urdf"])
+        qdd_max = arm.get("qdd_max")
+        sub_qdd = None
+        if qdd_max is not None and self.active.size < len(all_names):
+            q_arr = np.asarray(qdd_max, float).reshape(-1)
+            if q_arr.size == self.active.size:        # given for the subset only
+                sub_qdd, qdd_max = q_arr, None
         self.cfg = TwinConfig.from_files(arm["urdf"], arm["drives"], payload=arm.get("payload"),
-                                         settings=settings, qdd_max=arm.get("qdd_max"))
+                                         settings=settings, qdd_max=qdd_max)
+        if sub_qdd is not None:
+            self.cfg.qdd_max = self.cfg.qdd_max.copy()
+            self.cfg.qdd_max[self.active] = sub_qdd
+        self.held = np.setdiff1d(np.arange(self.cfg.n), self.active)
+        for j in self.held:
+            lo, hi = self.cfg.q_min[j], self.cfg.q_max[j]
+            if not lo <= 0.0 <= hi:
+                raise ValueError(f"twin backend: joint {self.cfg.joint_names[j]!r} is not in "
+                                 f"arm.joints and would be held at 0 rad, outside its limits "
+                                 f"[{lo:.6g}, {hi:.6g}] rad")
         self.settings: TwinSettings = self.cfg.settings
         self.sim: TwinSim | None = None
         # Each run on the arm gets fresh sensor noise (a real arm never repeats its noise); run k
@@ -51,6 +80,11 @@ class TwinBackend:
         if k == 0:
             return int(self.settings.seed)
         return int(np.random.SeedSequence([int(self.settings.seed), k]).generate_state(1)[0])
+
+    @property
+    def joint_names(self) -> list:
+        """Joints a trajectory drives and a Recording holds (the subset, chain order)."""
+        return [self.cfg.joint_names[j] for j in self.active]
 
     # -------------------------------------------------------------------------------------------
     def check_trajectory(self, q, qd, qdd, t) -> None:
@@ -92,8 +126,11 @@ class TwinBackend:
         cfg = self.cfg
         s = self.settings
         n = cfg.n
-        if int(trajectory.n_joints) != n:
-            raise ValueError(f"trajectory has {trajectory.n_joints} joints, the arm has {n} ({cfg.joint_names})")
+        act = self.active
+        k_act = act.size
+        if int(trajectory.n_joints) != k_act:
+            raise ValueError(f"trajectory has {trajectory.n_joints} joints, the twin backend drives "
+                             f"{k_act} ({self.joint_names})")
         periods = int(periods)
         if periods < 1:
             raise ValueError(f"periods must be >= 1, got {periods}")
@@ -103,21 +140,32 @@ class TwinBackend:
             raise ValueError(f"trajectory duration {trajectory.duration!r} s is shorter than one 1 ms step")
         N = n_per * periods
         t_one = np.arange(n_per + 1) * dt
-        q1, qd1, qdd1 = (np.asarray(a, float) for a in trajectory.evaluate(t_one))
-        for name, a in (("q", q1), ("qd", qd1), ("qdd", qdd1)):
-            if a.shape != (n_per + 1, n):
+        sub = [np.asarray(a, float) for a in trajectory.evaluate(t_one)]
+        for name, a in zip(("q", "qd", "qdd"), sub):
+            if a.shape != (n_per + 1, k_act):
                 raise ValueError(f"trajectory.evaluate returned {name} of shape {a.shape}, expected "
-                                 f"({n_per + 1}, {n})")
+                                 f"({n_per + 1}, {k_act})")
+        if k_act == n:
+            q1, qd1, qdd1 = sub
+        else:                       # joints outside the subset hold 0 rad
+            q1, qd1, qdd1 = (np.zeros((n_per + 1, n)) for _ in range(3))
+            for full, a in zip((q1, qd1, qdd1), sub):
+                full[:, act] = a
         self.check_trajectory(q1, qd1, qdd1, t_one)
         # command grid over all periods: qc[m] is the target of control period m (reached at t_{m+1})
         idx = np.concatenate([np.arange(n_per)] * periods + [[n_per]])
         qc = q1[idx]
         ff = None
         if tau_ff is not None:
-            ff1 = np.asarray(tau_ff(q1, qd1, qdd1), float)
-            if ff1.shape != (n_per + 1, n) or not np.all(np.isfinite(ff1)):
-                raise ValueError(f"tau_ff returned shape {ff1.shape} or non-finite values; expected "
-                                 f"finite ({n_per + 1}, {n})")
+            ff_sub = np.asarray(tau_ff(*sub), float)
+            if ff_sub.shape != (n_per + 1, k_act) or not np.all(np.isfinite(ff_sub)):
+                raise ValueError(f"tau_ff returned shape {ff_sub.shape} or non-finite values; "
+                                 f"expected finite ({n_per + 1}, {k_act})")
+            if k_act == n:
+                ff1 = ff_sub
+            else:
+                ff1 = np.zeros((n_per + 1, n))
+                ff1[:, act] = ff_sub
             ff = ff1[idx]
 
         stride = int(round(1000.0 / float(s.sample_rate_hz)))
@@ -180,6 +228,8 @@ class TwinBackend:
         src_i = src["tau_m"] / cfg.drives.torque_factor
         q_meas, tau_meas, i_meas = sensors.sample({"q": src["q"], "tau_r": src["tau_r"], "i_m": src_i}, t=t)
         qd_meas = sensors.sample_velocity(src["qd_m"])
+        tau_m_meas = i_meas * cfg.drives.torque_factor
+        q_cmd = q1[idx[sample_steps]]
         meta = {
             "backend": "twin",
             "arm": {"urdf": str(cfg.urdf), "drives": str(cfg.drives_path), "payload": cfg.payload},
@@ -193,15 +243,47 @@ class TwinBackend:
             "omega_dt_max": sim.omega_dt,
             "truth_note": "ground truth of the simulator; identification code must not read it",
         }
-        return Recording(t=t, q=q_meas, tau_j=tau_meas, i_m=i_meas,
-                         tau_m=i_meas * cfg.drives.torque_factor, q_cmd=q1[idx[sample_steps]], qd=qd_meas,
-                         rate_hz=float(s.sample_rate_hz), joint_names=list(cfg.joint_names),
-                         meta=meta, truth=truth)
+        if k_act < n:
+            meta["arm"]["joints"] = self.joint_names
+            qh = truth["q"][:, self.held]
+            meta["held_joints"] = {
+                "names": [cfg.joint_names[j] for j in self.held], "command_rad": 0.0,
+                "max_abs_q_rad": np.abs(qh).max(axis=0).tolist(),
+                "max_abs_tau_r_Nm": np.abs(truth["tau_r"][:, self.held]).max(axis=0).tolist(),
+                "note": "joints outside arm.joints, held at 0 rad by their drive's position loop"}
+            cols = lambda a: np.ascontiguousarray(a[:, act])           # noqa: E731
+            q_meas, tau_meas, i_meas, tau_m_meas, q_cmd, qd_meas = (
+                cols(a) for a in (q_meas, tau_meas, i_meas, tau_m_meas, q_cmd, qd_meas))
+            truth = {ch: cols(a) for ch, a in truth.items()}
+        return Recording(t=t, q=q_meas, tau_j=tau_meas, i_m=i_meas, tau_m=tau_m_meas,
+                         q_cmd=q_cmd, qd=qd_meas, rate_hz=float(s.sample_rate_hz),
+                         joint_names=self.joint_names, meta=meta, truth=truth)
 
     def close(self) -> None:
         if self.sim is not None:
             self.sim.close()
             self.sim = None
+
+
+def _subset_indices(joints, all_names: list, urdf) -> np.ndarray:
+    """Chain indices of the subset `joints` (None -> all), in chain order; ValueError naming an
+    unknown or repeated joint."""
+    if joints is None:
+        return np.arange(len(all_names))
+    if isinstance(joints, str) or not hasattr(joints, "__iter__"):
+        raise ValueError(f"twin backend: arm.joints must be a list of joint names, got {joints!r}")
+    joints = list(joints)
+    if not joints:
+        raise ValueError("twin backend: arm.joints is empty; give at least one joint (or leave it "
+                         "out for the whole arm)")
+    for j in joints:
+        if j not in all_names:
+            raise ValueError(f"twin backend: arm.joints: unknown joint {j!r}; the URDF {urdf} has "
+                             f"{all_names}")
+    if len(set(joints)) != len(joints):
+        raise ValueError(f"twin backend: arm.joints has repeated joints: {joints}")
+    keep = set(joints)
+    return np.array([i for i, nm in enumerate(all_names) if nm in keep], dtype=int)
 
 
 def make_backend(arm: dict, settings: dict | None = None) -> TwinBackend:
