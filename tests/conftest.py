@@ -32,3 +32,23 @@ def ref_model():
 def pybullet_data_path() -> str:
     import pybullet_data
     return pybullet_data.getDataPath()
+
+
+def tiny_scenario(name: str, twin: dict | None = None, **sections) -> dict:
+    """A scenario dict small enough for tests: 4 s trajectories with 3 / 2 harmonics on a coarse
+    grid, the twin at 100 Hz. Extra top-level sections are merged in."""
+    assets = ROOT / "assets"
+    scn = {
+        "name": name,
+        "arm": {"urdf": str(assets / "cobot6.urdf"), "drives": str(assets / "cobot6_drives.yaml"),
+                "description": str(assets / "cobot6.yaml")},
+        "trajectories": {
+            "excitation": {"harmonics": 3, "period_s": 4.0, "grid": 40, "starts": 1, "max_iter": 60,
+                           "seed": 0},
+            "validation": {"harmonics": 2, "period_s": 4.0, "grid": 40, "starts": 1, "max_iter": 60,
+                           "seed": 1}},
+        "twin": {"sample_rate_hz": 100, "settle_s": 0.1, **(twin or {})},
+        "identification": {"joint_model": "both"},
+    }
+    scn.update(sections)
+    return scn

@@ -18,23 +18,12 @@ from identify.cli import main
 from identify.logs import LogError, gains_from_drives, load_log
 from identify.recording import Recording
 from identify.scenario import ColumnMap, LogSpec
+from conftest import tiny_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
 
-TINY = {
-    "name": "tiny",
-    "arm": {"urdf": str(ASSETS / "cobot6.urdf"), "drives": str(ASSETS / "cobot6_drives.yaml"),
-            "description": str(ASSETS / "cobot6.yaml")},
-    "trajectories": {
-        "excitation": {"harmonics": 3, "period_s": 4.0, "grid": 40, "starts": 1, "max_iter": 60,
-                       "seed": 0},
-        "validation": {"harmonics": 2, "period_s": 4.0, "grid": 40, "starts": 1, "max_iter": 60,
-                       "seed": 1}},
-    "twin": {"sample_rate_hz": 100, "settle_s": 0.1, "seed": 3},
-    "identification": {"joint_model": "both"},
-    "outputs": {"plots": False, "report": False},
-}
+TINY = tiny_scenario("tiny", twin={"seed": 3}, outputs={"plots": False, "report": False})
 
 
 @pytest.fixture(scope="module")

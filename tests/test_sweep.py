@@ -15,25 +15,14 @@ import yaml
 
 from identify.scenario import scenario_from_dict
 from identify.sweep import NOISE_SETTINGS, grid, run_sweep
+from conftest import tiny_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
 
 
 def tiny(noise, seeds, combine=("separate",)) -> dict:
-    return {
-        "name": "tiny_sweep",
-        "arm": {"urdf": str(ASSETS / "cobot6.urdf"), "drives": str(ASSETS / "cobot6_drives.yaml"),
-                "description": str(ASSETS / "cobot6.yaml")},
-        "trajectories": {
-            "excitation": {"harmonics": 3, "period_s": 4.0, "grid": 40, "starts": 1, "max_iter": 60,
-                           "seed": 0},
-            "validation": {"harmonics": 2, "period_s": 4.0, "grid": 40, "starts": 1, "max_iter": 60,
-                           "seed": 1}},
-        "twin": {"sample_rate_hz": 100, "settle_s": 0.1},
-        "identification": {"joint_model": "both"},
-        "sweep": {"noise": noise, "seeds": seeds, "combine": list(combine)},
-    }
+    return tiny_scenario("tiny_sweep", sweep={"noise": noise, "seeds": seeds, "combine": list(combine)})
 
 
 @pytest.fixture(autouse=True)
