@@ -171,6 +171,11 @@ def main(argv=None):
     print(f"(c) CasADi+IPOPT: cond {res.cond:.2f}, wall {t_ours:.1f} s "
           f"(solver {res.solver_time_s:.1f} s, build {res.build_time_s:.1f} s), starts: " +
           ", ".join(f"{s['cond']:.2f}/{s['iterations']}it/{s['time_s']:.1f}s" for s in res.starts))
+    t_ev = sum(s.get("eval_time_s", 0.0) for s in res.starts)
+    print(f"    profile: of the solver's {res.solver_time_s:.1f} s, function/gradient evaluations "
+          f"{t_ev:.1f} s, IPOPT's own work (KKT factorizations and solves) "
+          f"{res.solver_time_s - t_ev:.1f} s; {sum(s['iterations'] + s.get('polish_iterations', 0) for s in res.starts)} "
+          f"iterations in all")
     bp = base_parameters(model, problem)
 
     # (a) random -----------------------------------------------------------------------------

@@ -122,24 +122,79 @@ def _base_terms(base, n: int, terms: tuple) -> bool:
 
 
 def design_matrix(model, base, q, qd, qdd, *, terms=("viscous", "coulomb"),
-                  coulomb_eps: float = 0.0) -> tuple[np.ndarray, list[str]]:
+                  coulomb_eps: float = 0.0, coulomb: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, list[str]]:
     """Base regressor with friction columns: rigid body W_b plus `terms` per joint.
 
     Args:
         model: RobotModel; base: BaseParameters of `model` (with or without the friction terms).
         q, qd, qdd: (N, n) [rad, rad/s, rad/s^2].
         terms: friction.joint_columns terms; coulomb_eps: tanh smoothing of sign [rad/s].
+        coulomb: (N, n) values of the Coulomb columns to use instead of sign(qd) / tanh(qd/eps)
+            -- the parallel-filtered column of :func:`coulomb_column` (ignored without the
+            "coulomb" term).
     Returns:
         W (N, n, p) and the p column names.
     """
-    from .friction import column_names, full_regressor, joint_columns
+    from .friction import column_names, joint_columns
     n = model.n
     terms = tuple(terms)
+    J = joint_columns(qd, qdd, terms=terms, coulomb_eps=coulomb_eps)
+    if coulomb is not None and "coulomb" in terms:
+        coulomb = np.asarray(coulomb, dtype=float)
+        if coulomb.shape != J.shape[:2]:
+            raise ValueError(f"Coulomb column values have shape {coulomb.shape}, expected "
+                             f"{J.shape[:2]} (samples of qd, joints)")
+        k = terms.index("coulomb")
+        idx = np.arange(n)
+        J[:, idx, k * n + idx] = coulomb
+    Y = model.regressor(q, qd, qdd)
     if _base_terms(base, n, terms):
-        return base.reduce(full_regressor(model, q, qd, qdd, terms, coulomb_eps)), list(base.names)
-    W = np.concatenate([base.reduce(model.regressor(q, qd, qdd)),
-                        joint_columns(qd, qdd, terms=terms, coulomb_eps=coulomb_eps)], axis=2)
+        return base.reduce(np.concatenate([Y, J], axis=2)), list(base.names)
+    W = np.concatenate([base.reduce(Y), J], axis=2)
     return W, list(base.names) + (column_names(n, terms) if terms else [])
+
+
+def coulomb_column(d, n: int, coulomb_eps: float = 0.0) -> np.ndarray | None:
+    """Parallel-filtered Coulomb column (N, n) of processed data `d`, or None.
+
+    If `d` carries the processing's filter chain (``d.filter_chain``, ``d.qd_full``:
+    ProcessingSettings.filter_regressor, the default), sign(qd) (tanh(qd / coulomb_eps) for
+    coulomb_eps > 0) is evaluated on the chain's full grid and passed through exactly the filter
+    the torques went through (processing.filter_columns), so that the smeared Coulomb step in
+    the filtered torque is matched by the same smeared step in the regressor. Data without a
+    chain (processed with filter_regressor=False, or built by hand): None, and the callers use
+    the plain sign(qd) of ``d.qd``.
+    """
+    chain = getattr(d, "filter_chain", None)
+    if chain is None:
+        return None
+    from .processing import filter_columns
+    qd_full = getattr(d, "qd_full", None)
+    if qd_full is None:
+        raise ValueError("processed data carry a filter chain but no qd_full (the velocity on "
+                         "the chain's full grid) to build the Coulomb column from")
+    qd_full = np.asarray(qd_full, dtype=float)
+    if qd_full.ndim != 2 or qd_full.shape[1] != n:
+        raise ValueError(f"qd_full has shape {qd_full.shape}, expected (N_full, {n})")
+    raw = np.sign(qd_full) if coulomb_eps <= 0 else np.tanh(qd_full / coulomb_eps)
+    out = filter_columns(raw, chain, "Coulomb column from qd_full")
+    N = np.shape(getattr(d, "qd"))[0]
+    if out.shape[0] != N:
+        raise ValueError(f"the filter chain gives {out.shape[0]} samples, qd has {N}: the data "
+                         f"were changed after processing")
+    return out
+
+
+def design_from(model, base, d, *, terms=("viscous", "coulomb"), coulomb_eps: float = 0.0
+                ) -> tuple[np.ndarray, list[str]]:
+    """:func:`design_matrix` of processed data `d` (q, qd, qdd and, if `d` carries the filter
+    chain, the parallel-filtered Coulomb column of :func:`coulomb_column`). This is the design
+    the joint models use; share it between them via ``fit(d, W)`` / ``predict(d, W)``."""
+    q, qd, qdd = _states(d, model.n)
+    return design_matrix(model, base, q, qd, qdd, terms=terms, coulomb_eps=coulomb_eps,
+                         coulomb=(coulomb_column(d, model.n, coulomb_eps)
+                                  if "coulomb" in tuple(terms) else None))
 
 
 def _given_design(obj, d, W):
@@ -212,10 +267,10 @@ class SimplifiedModel:
         self.coulomb_eps = float(coulomb_eps)
 
     def design(self, d) -> np.ndarray:
-        """(N, n, p) regressor of the simplified model for processed data `d`."""
-        q, qd, qdd = _states(d, self.model.n)
-        W, _ = design_matrix(self.model, self.base, q, qd, qdd, terms=self.terms,
-                             coulomb_eps=self.coulomb_eps)
+        """(N, n, p) regressor of the simplified model for processed data `d`
+        (:func:`design_from`: parallel-filtered Coulomb column if `d` carries the filter chain)."""
+        W, _ = design_from(self.model, self.base, d, terms=self.terms,
+                           coulomb_eps=self.coulomb_eps)
         return W
 
     def fit(self, d, W: np.ndarray | None = None) -> "SimplifiedModel":
@@ -418,9 +473,12 @@ def _xi_names(variant: str) -> list[str]:
     return {"linear": ["xi_lin"], "opposing": ["xi_opp"], "both": ["xi_lin", "xi_opp"]}[variant]
 
 
-def _phi(qd, qdd, taudd_r, coulomb_eps: float, compliance: bool) -> np.ndarray:
-    """(N, n, 4 or 3) stage-2 columns [sign(qd), qd, qdd, taudd_r] per joint."""
-    sgn = np.sign(qd) if coulomb_eps <= 0 else np.tanh(qd / coulomb_eps)
+def _phi(qd, qdd, taudd_r, coulomb_eps: float, compliance: bool,
+         sgn: np.ndarray | None = None) -> np.ndarray:
+    """(N, n, 4 or 3) stage-2 columns [sign(qd), qd, qdd, taudd_r] per joint; `sgn` (N, n):
+    the parallel-filtered Coulomb column (:func:`coulomb_column`) replacing sign(qd)."""
+    if sgn is None:
+        sgn = np.sign(qd) if coulomb_eps <= 0 else np.tanh(qd / coulomb_eps)
     cols = [sgn, qd, qdd] + ([taudd_r] if compliance else [])
     return np.stack(cols, axis=2)
 
@@ -756,10 +814,10 @@ class ImprovedModel:
 
     # -- stage 1 ---------------------------------------------------------------------------
     def design(self, d) -> np.ndarray:
-        """(N, n, p) stage-1 regressor (same columns as the simplified model's)."""
-        q, qd, qdd = _states(d, self.model.n)
-        W, _ = design_matrix(self.model, self.base, q, qd, qdd, terms=self.terms,
-                             coulomb_eps=self.coulomb_eps)
+        """(N, n, p) stage-1 regressor (same columns as the simplified model's, see
+        :func:`design_from`)."""
+        W, _ = design_from(self.model, self.base, d, terms=self.terms,
+                           coulomb_eps=self.coulomb_eps)
         return W
 
     def fit(self, d, W: np.ndarray | None = None) -> "ImprovedModel":
@@ -779,7 +837,8 @@ class ImprovedModel:
         _, qd, qdd = _states(d, n)
         t = _time(d, N)
         taudd = second_derivative(t, tau_j) if self.compliance else None
-        Phi = _phi(qd, qdd, taudd, self.coulomb_eps, self.compliance)
+        Phi = _phi(qd, qdd, taudd, self.coulomb_eps, self.compliance,
+                   coulomb_column(d, n, self.coulomb_eps))
         s = np.tanh(qd / self.load_eps)
         g = np.sign(tau_j)
         phi_names = list(PHI_NAMES[:Phi.shape[2]])
@@ -859,13 +918,17 @@ class ImprovedModel:
         _, qd, qdd = _states(d, n)
         N = qd.shape[0]
         taudd = None
+        sgn = coulomb_column(d, n, self.coulomb_eps)
         if tau_r == "model":
             W = _given_design(self, d, W)
             Tr = W @ self.params_
             if self.compliance:
                 # the sensor torque is a spring torque and cannot jump: leave the step of a hard
-                # sign(qd) Coulomb column out of its second derivative (it would be a spike)
-                keep = ~coulomb_mask(self.model, self.base, self.terms, self.coulomb_eps)
+                # sign(qd) Coulomb column out of its second derivative (it would be a spike);
+                # a parallel-filtered Coulomb column is smooth like the filtered measurement the
+                # stage-2 fit differentiated, and stays in
+                keep = (np.ones(W.shape[2], bool) if sgn is not None else
+                        ~coulomb_mask(self.model, self.base, self.terms, self.coulomb_eps))
                 taudd = second_derivative(_time(d, N), W[..., keep] @ self.params_[keep])
         elif tau_r == "measured":
             Tr = _channel(d, "tau_j", n, N)
@@ -873,7 +936,7 @@ class ImprovedModel:
                 taudd = second_derivative(_time(d, N), Tr)
         else:
             raise ValueError(f"tau_r must be 'model' or 'measured', got {tau_r!r}")
-        Phi = _phi(qd, qdd, taudd, self.coulomb_eps, self.compliance)
+        Phi = _phi(qd, qdd, taudd, self.coulomb_eps, self.compliance, sgn)
         s = np.tanh(qd / self.load_eps)
         g = np.sign(Tr)
         P = self.stage2_all_[variant].params               # (n, k + m)

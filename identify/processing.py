@@ -21,7 +21,15 @@
    ("encoder"), or the commanded trajectory ("command": analytic derivatives when a trajectory
    object is given, else differences of the noise-free commanded position), filtered alike;
 7. trimming of the filter edge transients (non-periodic data only);
-8. decimation (keeps every k-th sample; the low-pass of step 5 is the anti-alias filter).
+8. decimation (keeps every k-th sample; the low-pass of step 5 is the anti-alias filter);
+9. parallel filtering (``filter_regressor``, default on): the chain of steps 4-5, 7 and 8 is
+   returned as a :class:`FilterChain` together with the filtered velocity on the full grid, so
+   that regressor columns that are NONLINEAR in the measured signals -- above all the Coulomb
+   column sign(qd), a step at every velocity reversal -- can be built on the full grid and passed
+   through exactly the torques' filter (:func:`filter_columns`; Gautier's parallel filtering).
+   The identity H[tau] = H[Y] p above then holds for them too; without it the filtered torque
+   has a smeared Coulomb step that a sharp sign(qd) cannot fit, which biases the Coulomb friction
+   low and the viscous friction high (docs/joint_models.md, "Parallel filtering").
 
 The code never looks at ``recording.truth`` and does not know which backend made the recording.
 """
@@ -69,6 +77,14 @@ class ProcessingSettings:
         resample_hz: resample onto a uniform grid at this rate [Hz]. None (default) -> resample
             at recording.rate_hz only if the time stamps are irregular (jitter > 1 % of a period).
         resample_method: "cubic" (default) or "linear" interpolation for resampling.
+        filter_regressor: parallel filtering (default True): `process` returns the filter chain
+            (``Processed.filter_chain``) and the velocity on its full grid (``Processed.qd_full``)
+            so that the joint models pass the regressor columns that are nonlinear in the
+            measured signals (Coulomb sign(qd) / tanh(qd/eps)) through exactly the filter the
+            torques went through (:func:`filter_columns`). Without it the filtered torque shows
+            a smeared Coulomb step at every velocity reversal while sign(qd) stays sharp, which
+            biases link Coulomb friction low and viscous friction high. False: neither is
+            returned and the models use the plain columns.
     """
 
     smooth_passes: int = 20
@@ -82,6 +98,7 @@ class ProcessingSettings:
     decimate: int = 1
     resample_hz: float | None = None
     resample_method: str = "cubic"
+    filter_regressor: bool = True
 
     def __post_init__(self):
         if self.velocity not in _VELOCITY_SOURCES:
@@ -109,6 +126,9 @@ class ProcessingSettings:
                              f"got {self.decimate!r}")
         if self.resample_hz is not None and not self.resample_hz > 0:
             raise ValueError(f"ProcessingSettings.resample_hz must be > 0, got {self.resample_hz!r}")
+        if not isinstance(self.filter_regressor, bool):
+            raise ValueError(f"ProcessingSettings.filter_regressor must be true or false, "
+                             f"got {self.filter_regressor!r}")
         if self.resample_method not in ("cubic", "linear"):
             raise ValueError(f"ProcessingSettings.resample_method must be 'cubic' or 'linear', "
                              f"got {self.resample_method!r}")
@@ -127,6 +147,89 @@ class ProcessingSettings:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class FilterChain:
+    """The linear, zero-phase filter chain :func:`process` applied alike to positions and torques,
+    and the sample selection after it: everything needed to give another signal exactly the same
+    treatment (parallel filtering of regressor columns, :func:`filter_columns`).
+
+    Attributes:
+        rate_hz: rate of the full grid the chain runs on (after resampling, before decimation)
+            [Hz].
+        smooth_passes: passes of the 5-point cubic smoothing (0: none).
+        butter_order, butter_cutoff_hz: zero-phase Butterworth low-pass (cutoff [Hz]; None: none).
+        periodic: the full grid is one period (after period averaging): filters wrap around.
+        trim: samples dropped at each end after filtering (0 when periodic).
+        decimate: keep every k-th sample after trimming.
+        n_full: number of samples of the full grid (the length :meth:`apply` expects).
+    """
+
+    rate_hz: float
+    smooth_passes: int
+    butter_order: int
+    butter_cutoff_hz: float | None
+    periodic: bool
+    trim: int
+    decimate: int
+    n_full: int
+
+    def lowpass(self, x: np.ndarray) -> np.ndarray:
+        """Smoothing then Butterworth along axis 0 of (n_full, ...) samples; same shape out."""
+        x = np.asarray(x, dtype=float)
+        if self.smooth_passes > 0:
+            x = _smooth(x, self.smooth_passes, self.periodic)
+        if self.butter_cutoff_hz is None:
+            return x
+        if self.periodic:
+            return sig.periodic_filtfilt(x, self.rate_hz, self.butter_cutoff_hz,
+                                         self.butter_order)
+        return sig.butter_filtfilt(x, self.rate_hz, self.butter_cutoff_hz, self.butter_order)
+
+    def select(self, x: np.ndarray) -> np.ndarray:
+        """Trimming then decimation along axis 0: (n_full, ...) -> (N, ...)."""
+        x = np.asarray(x)
+        if self.trim > 0:
+            x = sig.trim(x, self.trim)
+        return sig.decimate(x, self.decimate) if self.decimate > 1 else x
+
+    def apply(self, x: np.ndarray, what: str = "columns") -> np.ndarray:
+        """:meth:`lowpass` then :meth:`select`: (n_full, ...) -> (N, ...) like the torques.
+        `what` names the input in the errors (wrong length, non-finite values)."""
+        x = np.asarray(x, dtype=float)
+        if x.ndim < 1 or x.shape[0] != self.n_full:
+            raise ValueError(f"{what}: has {x.shape[0] if x.ndim else 0} samples along axis 0, "
+                             f"the filter chain's full grid has {self.n_full} (filter the columns "
+                             f"built from Processed.qd_full, before trimming/decimation)")
+        sig.check_finite(x, what)
+        return self.select(self.lowpass(x))
+
+
+def filter_columns(X: np.ndarray, chain: "FilterChain | Processed",
+                   what: str = "regressor columns") -> np.ndarray:
+    """Pass a block of regressor columns through exactly the filter chain of :func:`process`
+    (same smoothing passes, Butterworth, periodic handling, trimming, decimation) -- parallel
+    filtering, so that both sides of tau = W p see the same linear filter.
+
+    Args:
+        X: (N_full, ...) e.g. (N_full, n, k) columns evaluated on the chain's full grid (from
+            ``Processed.qd_full``).
+        chain: a :class:`FilterChain` or a :class:`Processed` carrying one
+            (``ProcessingSettings.filter_regressor=True``).
+        what: name of X for error messages.
+    Returns:
+        (N, ...) filtered columns, aligned with the processed samples.
+    Raises:
+        ValueError: no chain (processing ran with filter_regressor=False), wrong length,
+            non-finite values.
+    """
+    if isinstance(chain, Processed):
+        if chain.filter_chain is None:
+            raise ValueError("processed data carry no filter chain (processed with "
+                             "ProcessingSettings.filter_regressor=False)")
+        chain = chain.filter_chain
+    return chain.apply(X, what)
+
+
 @dataclass
 class Processed:
     """Processed, uniformly sampled arrays ready for the regressor (SI units).
@@ -138,7 +241,11 @@ class Processed:
         these arrays [Hz]; joint_names; meta: the recording's meta plus a JSON-serialisable
         "processing" entry (settings used, steps applied, sample counts);
         period_std: after period averaging, {channel: (N, n) per-sample standard deviation
-        across the periods of the raw channel (before smoothing/filtering)}, else None.
+        across the periods of the raw channel (before smoothing/filtering)}, else None;
+        filter_chain: the :class:`FilterChain` the positions and torques went through (with
+        ``ProcessingSettings.filter_regressor``, else None); qd_full: (N_full, n) the filtered
+        link velocity [rad/s] on the chain's full grid (before trimming and decimation), from
+        which nonlinear regressor columns are built before :func:`filter_columns` (else None).
     """
 
     t: np.ndarray
@@ -151,6 +258,8 @@ class Processed:
     joint_names: list[str]
     meta: dict = field(default_factory=dict)
     period_std: dict | None = None
+    filter_chain: "FilterChain | None" = None
+    qd_full: np.ndarray | None = None
 
     @property
     def n_samples(self) -> int:
@@ -276,16 +385,18 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
         raise ValueError("decimate > 1 needs the Butterworth low-pass as anti-alias filter "
                          "(butter_cutoff_hz is None)")
 
-    def lowpass(x):
-        """The filter chain every position and torque channel goes through."""
-        x = np.asarray(x, dtype=float)
-        if smooth:
-            x = _smooth(x, ps.smooth_passes, periodic)
-        if fc is None:
-            return x
-        if periodic:
-            return sig.periodic_filtfilt(x, rate, fc, ps.butter_order)
-        return sig.butter_filtfilt(x, rate, fc, ps.butter_order)
+    trim_k = 0
+    if not periodic:
+        trim_s = ps.trim_s if ps.trim_s is not None else (2.0 / fc if fc is not None else 0.0)
+        trim_k = int(math.ceil(trim_s * rate - 1e-9))
+        if trim_k > 0 and 2 * trim_k >= t.shape[0] - 2:
+            raise ValueError(f"trimming {trim_s:g} s at each end leaves too few of the "
+                             f"{t.shape[0]} samples")
+    chain = FilterChain(rate_hz=rate, smooth_passes=int(ps.smooth_passes) if smooth else 0,
+                        butter_order=int(ps.butter_order), butter_cutoff_hz=fc,
+                        periodic=periodic, trim=trim_k, decimate=int(ps.decimate),
+                        n_full=int(t.shape[0]))
+    lowpass = chain.lowpass      # the filter chain every position and torque channel goes through
 
     def deriv(x):
         return sig.periodic_differentiate(x, dt) if periodic else sig.differentiate(x, dt=dt)
@@ -312,25 +423,19 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
         steps.append(f"zero-phase Butterworth order {ps.butter_order}, {fc:g} Hz "
                      f"({'periodic' if periodic else 'odd-padded'}) on positions and torques")
 
-    # 7. trimming --------------------------------------------------------------------------------
+    # 7.-8. trimming (non-periodic data) and decimation ------------------------------------------
     out = {"q": q, "qd": qd, "qdd": qdd, "tau_j": chans.get("tau_j"), "tau_m": chans.get("tau_m")}
-    if not periodic:
-        trim_s = ps.trim_s if ps.trim_s is not None else (2.0 / fc if fc is not None else 0.0)
-        k = int(math.ceil(trim_s * rate - 1e-9))
-        if k > 0:
-            if 2 * k >= t.shape[0] - 2:
-                raise ValueError(f"trimming {trim_s:g} s at each end leaves too few of the "
-                                 f"{t.shape[0]} samples")
-            t = sig.trim(t, k)
-            out = {key: (None if v is None else sig.trim(v, k)) for key, v in out.items()}
-            steps.append(f"trimmed {k} samples ({trim_s:g} s) at each end")
-
-    # 8. decimation -------------------------------------------------------------------------------
+    qd_full = qd if ps.filter_regressor else None
+    out = {key: (None if v is None else chain.select(v)) for key, v in out.items()}
+    t = chain.select(t)
+    if chain.trim > 0:
+        steps.append(f"trimmed {chain.trim} samples ({chain.trim / rate:g} s) at each end")
     if ps.decimate > 1:
-        t = sig.decimate(t, ps.decimate)
-        out = {key: (None if v is None else sig.decimate(v, ps.decimate)) for key, v in out.items()}
         rate = rate / ps.decimate
         steps.append(f"decimated by {ps.decimate}")
+    if ps.filter_regressor:
+        steps.append("filter chain returned for parallel filtering of the nonlinear regressor "
+                     "columns")
 
     meta_proc["steps"] = steps
     meta_proc["n_samples_out"] = int(t.shape[0])
@@ -338,7 +443,8 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
     meta["processing"] = meta_proc
     return Processed(t=np.asarray(t, dtype=float), q=out["q"], qd=out["qd"], qdd=out["qdd"],
                      tau_j=out["tau_j"], tau_m=out["tau_m"], rate_hz=rate, joint_names=names,
-                     meta=meta, period_std=period_std)
+                     meta=meta, period_std=period_std,
+                     filter_chain=chain if ps.filter_regressor else None, qd_full=qd_full)
 
 
 def _smooth(x: np.ndarray, passes: int, periodic: bool) -> np.ndarray:

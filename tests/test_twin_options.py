@@ -85,3 +85,33 @@ def test_backlash_play_carries_no_torque():
     defl = st.q_m - st.q
     np.testing.assert_allclose(defl[loaded], (st.tau_r / K + np.sign(st.tau_r) * play / 2)[loaded], atol=1e-6)
     assert np.abs(st.q - q0).max() < 1.5 * play       # backlash costs up to about the play
+
+
+def test_rigid_loop_laws_closed_form():
+    """Rigid joints, first period after reset at q0 with command q1: the decoupled default loop
+    gives tau_m = M(q0) (kp e + kd e / dt) + g(q0) (acceleration gains w^2, 2 zeta w; integrator
+    pre-loaded with M^-1 g), explicit gains give the per-joint law kp e + kd e / dt + g(q0) (integrator holds g)."""
+    from identify import RobotModel
+    model = RobotModel.reference()
+    q0 = np.radians([10, -70, 40, -90, 30, 10])
+    e = np.radians([0.1, -0.2, 0.1, 0.3, -0.2, 0.4])
+    g = model.inverse_dynamics(q0, np.zeros(6), np.zeros(6))
+    wn = 2 * np.pi * 10.0
+    sim = TwinSim(TwinConfig.from_files(URDF, DRIVES, settings={
+        "drive_model": False, "pid_bandwidth_hz": 10.0, "pid_damping": 0.8, "torque_limit_scale": None}))
+    sim.reset(q0)
+    M = sim.mass_matrix(q0)
+    st = sim.step(q0 + e)
+    sim.close()
+    assert sim.loop == "decoupled"
+    np.testing.assert_allclose(st.tau_m, M @ (wn ** 2 * e + 2 * 0.8 * wn * e / 1e-3) + g,
+                               rtol=1e-9, atol=1e-9)
+    kp, kd = np.array([80.0, 600, 150, 10, 8, 0.5]), np.array([4.0, 40, 8, 0.8, 0.6, 0.04])
+    sim = TwinSim(TwinConfig.from_files(URDF, DRIVES, settings={
+        "drive_model": False, "pid_kp": kp.tolist(), "pid_kd": kd.tolist(), "pid_ki": kp.tolist(),
+        "torque_limit_scale": None}))
+    sim.reset(q0)
+    st = sim.step(q0 + e)
+    sim.close()
+    assert sim.loop == "per_joint"
+    np.testing.assert_allclose(st.tau_m, kp * e + kd * e / 1e-3 + g, rtol=1e-9, atol=1e-9)

@@ -101,9 +101,9 @@ SCENARIOS = {
         "torque_drift_Nm_s": 0.05, "current_scale_error": 0.02, "current_bias_A": 0.01,
         "velocity_noise_rad_s": 2e-3}, 0.5, traj_scale=0.8),
     # rigid joints (drive model off), open-loop inverse-dynamics torques (the forward/inverse
-    # consistency set-up), ideal sensors. (Rigid joints WITH the position loop are left out: at
-    # the default gains that loop is unstable without the motor inertia -- a limit cycle at the
-    # torque limit that amplifies round-off, so it cannot be compared to round-off.)
+    # consistency set-up), ideal sensors. (Rigid joints WITH the position loop changed on purpose
+    # after this reference was made -- the per-joint loop was unstable, it is now decoupled through
+    # M(q) -- and are tested against RobotModel in tests/test_twin_sim.py instead.)
     "rigid": lambda: _backend({"settle_s": 0.0, "drive_model": False, "position_control": False,
                                "noise": False}, 0.5, tau_ff=_gravity_ff(1.0)),
     # open-loop torque: inverse dynamics minus a bias, so friction makes joints stick and slip

@@ -207,3 +207,184 @@ def test_step_before_reset_and_bad_shapes():
             sim.step(Q0)
         with pytest.raises(ValueError, match="expected 6"):
             sim.reset(Q0[:5])
+
+
+# -- rigid joints (drive_model: false) under the position loop ------------------------------------
+UPRIGHT = np.radians([0.0, -90.0, 0.0, -90.0, 0.0, 0.0])
+
+
+def _diag_inertia_gains(sim, q):
+    """The per-joint gains the twin used to give rigid joints (J = M_ii(q), 12 Hz, zeta 1,
+    T_i 0.1 s): the set that diverged at the upright pose."""
+    from twin.drive import default_gains
+    return default_gains(np.diag(sim.mass_matrix(q)), 12.0, 1.0, 0.1)
+
+
+def test_rigid_joints_hold_upright_pose(model):
+    """Default settings + rigid joints hold the upright pose: after 1 s the links are within
+    1e-9 rad of it, the motor torque equals the gravity torque (RobotModel oracle) to 1e-6 N*m and
+    never left +-(|g| + 1e-6) -- the committed per-joint gains swung +-150 N*m within 50 ms here."""
+    g = model.inverse_dynamics(UPRIGHT, np.zeros(6), np.zeros(6))
+    with make_sim(drive_model=False) as sim:
+        sim.reset(UPRIGHT)
+        assert sim.loop == "decoupled" and sim.loop_radius < 1.0
+        taus = []
+        for _ in range(1000):
+            st = sim.step(UPRIGHT)
+            taus.append(st.tau_m)
+    taus = np.array(taus)
+    np.testing.assert_allclose(st.q, UPRIGHT, atol=1e-9)
+    np.testing.assert_allclose(st.tau_m, g, atol=1e-6)
+    assert np.all(np.abs(taus) <= np.abs(g) + 1e-6)
+
+
+def test_rigid_joints_track_trajectory(model):
+    """Rigid joints follow the full-scale test excitation started upright (speeds to 2 rad/s,
+    2 s) within 1 deg per joint (measured 0.73 deg max, joint 4; the 12 Hz PID lag without
+    acceleration feed-forward), and the torque they record is the rigid-body torque: it equals
+    RobotModel.inverse_dynamics at the step's start state and PyBullet's acceleration (1e-6)."""
+    from test_twin_helpers import CosineTrajectory
+    traj = CosineTrajectory(UPRIGHT, np.radians([60, 40, 40, 60, 60, 80]),
+                            [0.5, 0.25, 0.5, 0.75, 0.5, 0.75], 2.0)
+    q = traj.evaluate(np.arange(2001) * 1e-3)[0]
+    with make_sim(drive_model=False) as sim:
+        rows = [sim.reset(q[0])]
+        for k in range(2000):
+            rows.append(sim.step(q[k + 1]))
+    Q = np.array([r.q for r in rows])
+    err = np.abs(Q[1:] - q[1:]).max(axis=0)
+    assert np.all(err < np.radians(1.0)), np.degrees(err)
+    assert err.max() > np.radians(0.05)                 # the loop does lag: the bound is real
+    V = np.array([r.qd for r in rows])
+    A = np.array([r.qdd for r in rows])
+    T = np.array([r.tau_m for r in rows])
+    assert np.abs(T).max() < 40.0                       # far from the 165 N*m limit
+    tau_id = model.inverse_dynamics(Q[:-1:10], V[:-1:10], A[1::10])
+    np.testing.assert_allclose(T[1::10], tau_id, atol=1e-6 * max(1.0, np.abs(T).max()))
+
+
+def test_rigid_loop_map_predicts_the_simulation():
+    """The linearised closed loop the refusal is computed from (twin.drive.rigid_loop_map:
+    coupled mass matrix, gravity stiffness, per-joint PID, PyBullet's semi-implicit step) predicts
+    the simulated response to a small velocity kick at the upright pose to 1e-3 of its size."""
+    from twin.drive import rigid_loop_map
+    with make_sim(drive_model=False) as sim:
+        sim.reset(UPRIGHT)
+        M = sim.mass_matrix(UPRIGHT)
+        kd = 2 * 2 * np.pi * 12.0 / np.diag(np.linalg.inv(M))
+    with make_sim(drive_model=False, pid_kd=kd.tolist(), pid_integral_time_s=1.0) as sim:
+        qd0 = 1e-3 * np.array([1.0, -1.0, 2.0, 1.0, -3.0, 2.0])
+        sim.reset(UPRIGHT, qd0)
+        assert sim.loop == "per_joint"
+        A = rigid_loop_map(M, sim.kp, sim.ki, sim.kd, sim.dt, G=sim.gravity_stiffness(UPRIGHT))
+        s = np.concatenate([np.zeros(6), qd0, np.zeros(6)])
+        worst, size = 0.0, 0.0
+        for _ in range(300):
+            s = A @ s
+            sim.advance(UPRIGHT)
+            worst = max(worst, np.abs(sim.q - UPRIGHT - s[:6]).max())
+            size = max(size, np.abs(s[:6]).max())
+    assert size > 1e-5
+    assert worst < 1e-3 * size, (worst, size)
+
+
+def test_rigid_diagonal_gains_diverge_and_are_refused(monkeypatch):
+    """The per-joint gains sized on M_ii (what the twin used before) are refused at the upright
+    pose naming the joint and the reason; let through (check bypassed), they do diverge: the
+    motor torque reaches the torque limit within 100 ms, as the check's radius predicts."""
+    import twin.drive as drv
+    with make_sim(drive_model=False) as sim:
+        kp, ki, kd = _diag_inertia_gains(sim, UPRIGHT)
+    gains = dict(pid_kp=kp.tolist(), pid_ki=ki.tolist(), pid_kd=kd.tolist())
+    with pytest.raises(ValueError, match=r"pid_kp/pid_ki/pid_kd .*unstable with rigid joints.*"
+                                         r"oscillates at the loop rate.*Joint 'joint3'.*kd"):
+        make_sim(drive_model=False, **gains).reset(UPRIGHT)
+    radius = []
+    real_check = drv.check_rigid_gains
+
+    def measured(*a, **k):
+        try:
+            return real_check(*a, **k)
+        except ValueError:
+            A = drv.rigid_loop_map(a[0], *a[1:5], Mc=k.get("Mc"), G=k.get("G"))
+            radius.append(np.abs(np.linalg.eigvals(A)).max())
+            return radius[-1]
+    monkeypatch.setattr(drv, "check_rigid_gains", measured)
+    with make_sim(drive_model=False, **gains) as sim:
+        sim.reset(UPRIGHT)
+        peak = 0.0
+        for _ in range(100):
+            sim.advance(UPRIGHT)
+            peak = max(peak, np.abs(sim.tau_m / sim.tau_lim).max())
+    assert radius and radius[0] > 2.0
+    assert peak == pytest.approx(1.0)
+
+
+def test_rigid_gains_refused_before_running():
+    """Explicit gains unstable with the coupled inertia are refused at reset, before any step,
+    naming the joint; too-low gains against the integral likewise; a stable set is accepted."""
+    with pytest.raises(ValueError, match=r"pid_kd .*rigid joints.*Joint 'joint1'.*lower it"):
+        make_sim(drive_model=False, pid_kd=[200.0, 10, 5, 1, 0.5, 0.05]).reset(UPRIGHT)
+    with pytest.raises(ValueError, match=r"pid_kp .*oscillation grows.*Joint 'joint\d'"):
+        make_sim(drive_model=False, pid_kp=1.0).reset(UPRIGHT)
+    with make_sim(drive_model=False, pid_kp=[50.0, 400, 60, 8, 6, 0.4], pid_kd=[3.0, 30, 5, 0.6, 0.5, 0.04],
+                  pid_ki=0.0) as sim:
+        sim.reset(UPRIGHT)
+        assert sim.loop == "per_joint" and sim.loop_radius < 1.0
+
+
+def test_drive_loop_map_predicts_the_simulation():
+    """With the drive model, the linearised loop of the refusal (twin.drive.drive_loop_map: the
+    step's own linear map A, springs, motors, coupled links, gravity stiffness, PID) reproduces
+    the simulated response to a velocity kick (friction off, so the twin is linear) to 1e-6 of
+    its size; the default gains' radius is < 1."""
+    from twin.drive import drive_loop_map
+    with make_sim(motor_friction=False, link_friction=False, harmonic_friction=False) as sim:
+        sim.reset(UPRIGHT)
+        assert sim.loop_radius < 1.0
+        L = drive_loop_map(sim._P["A"].copy(), sim.kp, sim.ki, sim.kd, sim.K, sim.dt, True,
+                           sim.gravity_stiffness(UPRIGHT))
+        qd0 = 1e-3 * np.array([1.0, -1.0, 2.0, 1.0, -3.0, 2.0])
+        sim.reset(UPRIGHT, qd0)
+        s = np.zeros(36)
+        s[6:12] = s[18:24] = qd0
+        worst, size = 0.0, 0.0
+        for _ in range(300):
+            s = L @ s
+            sim.advance(UPRIGHT)
+            worst = max(worst, np.abs(sim.q - UPRIGHT - s[:6]).max())
+            size = max(size, np.abs(s[:6]).max())
+    assert size > 1e-6
+    assert worst < 1e-6 * size, (worst, size)
+
+
+def test_drive_gains_unstable_through_the_spring_refused(monkeypatch):
+    """A shoulder derivative gain the per-joint check accepts (kd dt / (J'_m + M_22) = 0.87 < 1)
+    but that the motor alone cannot take (the spring decouples the link at the loop rate) is
+    refused naming joint 2; let through, it does limit-cycle at the torque limit, while the
+    default gains settle the same kick."""
+    import twin.drive as drv
+    with make_sim() as sim:
+        sim.reset(UPRIGHT)
+        kd = sim.kd.copy()
+        J_tot = sim.J[1] + sim.mass_matrix(UPRIGHT)[1, 1]
+    kd[1] = 2000.0
+    assert kd[1] * 1e-3 / J_tot < 1.0
+    with pytest.raises(ValueError, match=r"settings pid_kd: .*unstable with the drive model.*"
+                                         r"Joint 'joint2'.*lower it"):
+        make_sim(pid_kd=kd.tolist()).reset(UPRIGHT)
+    monkeypatch.setattr(drv, "check_drive_gains", lambda *a, **k: float("nan"))
+    with make_sim(pid_kd=kd.tolist()) as sim:
+        sim.reset(UPRIGHT, np.full(6, 0.01))              # a small kick sets it off
+        taus = []
+        for _ in range(300):
+            sim.advance(UPRIGHT)
+            taus.append(sim.tau_m[1])
+    assert np.ptp(taus[-100:]) == pytest.approx(2 * sim.tau_lim[1])
+    with make_sim() as sim:                               # the default gains settle that kick
+        sim.reset(UPRIGHT, np.full(6, 0.01))
+        taus = []
+        for _ in range(300):
+            sim.advance(UPRIGHT)
+            taus.append(sim.tau_m[1])
+    assert np.ptp(taus[-100:]) < 1.0

@@ -122,13 +122,182 @@ def check_stability(M: np.ndarray, J_r: np.ndarray, K: np.ndarray, D: np.ndarray
 def check_gains(kp: np.ndarray, kd: np.ndarray, J_total: np.ndarray, dt: float, joint_names) -> None:
     """Refuse position-loop gains the 1 kHz loop cannot run stably on a joint of inertia
     J_total: kd dt / J >= 1 (derivative action overshoots within one period) or
-    kp dt^2 / J >= 0.5."""
+    kp dt^2 / J >= 0.5. A per-joint first guard only: it ignores the coupling (links through M,
+    motor and link through the spring); :func:`check_drive_gains` / :func:`check_rigid_gains`
+    check the coupled loop."""
     for label, c, lim in (("pid_kd", kd * dt / J_total, 1.0), ("pid_kp", kp * dt * dt / J_total, 0.5)):
         bad = np.flatnonzero(c >= lim)
         if bad.size:
             j = int(bad[0])
             raise ValueError(f"{label} of joint {joint_names[j]!r} too high for the {dt * 1e3:g} ms "
                              f"loop with inertia {J_total[j]:.3g} kg*m^2 ({c[j]:.2f} >= {lim})")
+
+
+def rigid_gains(bandwidth_hz: float, damping: float, integral_time_s: float, n: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Default position loop of RIGID joints (drive model off): decoupled (computed-torque style),
+    tau_m = M(q) (kp e + kd (qd_cmd - qd) + ki integral(e)) + tau_ff with M the joint-space mass
+    matrix (refreshed with the twin's mass_matrix_every), so every joint-space mode sees the same
+    acceleration gains kp = w^2 [1/s^2], kd = 2 zeta w [1/s], ki = kp / T_i [1/s^3],
+    w = 2 pi bandwidth, whatever the coupling of the links. Returns (kp, ki, kd), each (n,).
+
+    Why not per-joint gains J w^2 as with the drive model: without the reflected rotor inertia the
+    loop drives M(q) directly, and M^-1 diag(M) has eigenvalues up to ~23 on the reference arm
+    upright (links 2-4 in line): a fast mode then gets 23x the derivative action meant for each
+    joint, kd dt lambda / M_ii = 3.5 > 2, and the 1 ms loop diverges (the torque limit cycle at
+    +-165 N*m within ~40 ms); see :func:`rigid_loop_map`."""
+    wn = 2.0 * np.pi * bandwidth_hz
+    kp = np.full(n, wn ** 2)
+    return kp, kp / integral_time_s, np.full(n, 2.0 * damping * wn)
+
+
+def rigid_loop_map(M: np.ndarray, kp: np.ndarray, ki: np.ndarray, kd: np.ndarray, dt: float,
+                   Mc: np.ndarray | None = None, G: np.ndarray | None = None) -> np.ndarray:
+    """Linearised 1 kHz closed loop of rigid joints holding a set point, as the twin runs it:
+    state s = [q - q_cmd, qd, integral(q_cmd - q)] (3n,), s+ = A s with
+
+        tau = Mc (-kp e - kd qd + ki z)          (controller, state at the start of the period)
+        qd+ = qd + dt M^-1 (tau - G e)           (PyBullet's semi-implicit Euler, h ~ g0 + G e)
+        e+  = e + dt qd+,   z+ = z - dt e        (integral updated with the start-of-step error)
+
+    M (n, n) mass matrix [kg*m^2]; kp, ki, kd (n,) gains (torque gains with Mc = None = identity,
+    acceleration gains with Mc = M); G (n, n) gravity stiffness dg/dq [N*m/rad] (None: 0).
+    Returns A (3n, 3n); the loop is stable iff its spectral radius is < 1."""
+    n = len(kp)
+    Minv = np.linalg.inv(M)
+    Mc = np.eye(n) if Mc is None else Mc
+    F = Minv @ Mc
+    Kq = F * kp[None, :] + (0.0 if G is None else Minv @ G)        # M^-1 (Mc kp + G)
+    Kv = F * kd[None, :]
+    Kz = F * ki[None, :]
+    I, O = np.eye(n), np.zeros((n, n))
+    Av = np.hstack([-dt * Kq, I - dt * Kv, dt * Kz])                 # qd+
+    Ae = np.hstack([I, O, O]) + dt * Av                              # e+ = e + dt qd+
+    Az = np.hstack([-dt * I, O, I])
+    return np.vstack([Ae, Av, Az])
+
+
+def _rigid_loop_eigs(M, kp, ki, kd, dt, Mc, G) -> np.ndarray:
+    """Eigenvalues of :func:`rigid_loop_map` without the integral states of joints with ki = 0
+    (they integrate the error but never act: eigenvalue exactly 1, not an instability)."""
+    n = len(kp)
+    A = rigid_loop_map(M, kp, ki, kd, dt, Mc, G)
+    keep = np.concatenate([np.arange(2 * n), 2 * n + np.flatnonzero(ki != 0)])
+    return np.linalg.eigvals(A[np.ix_(keep, keep)])
+
+
+def _worst_gain(eigs, kp, ki, kd) -> tuple:
+    """(radius, joint, gain name, factor) of the single change -- one joint's kp, ki or kd halved
+    or doubled -- that lowers the spectral radius of eigs(kp, ki, kd) the most."""
+    gains = {"kp": kp, "ki": ki, "kd": kd}
+    best = (np.inf, 0, "kd", 0.5)
+    for j in range(len(kp)):
+        for g in gains:
+            for factor in (0.5, 2.0):
+                trial = {k: v.copy() for k, v in gains.items()}
+                trial[g][j] *= factor
+                r = float(np.max(np.abs(eigs(trial["kp"], trial["ki"], trial["kd"]))))
+                if r < best[0] - 1e-12:
+                    best = (r, j, g, factor)
+    return best
+
+
+def _instability(lam: complex, dt: float) -> str:
+    """Plain-words kind of the unstable eigenvalue `lam` of a 1 kHz loop map."""
+    if abs(lam.imag) < 1e-12 and lam.real < 0:
+        return (f"it oscillates at the loop rate (eigenvalue {lam.real:.3g}): the derivative/"
+                f"proportional action is too high for the inertia it drives")
+    if abs(lam.imag) < 1e-12:
+        return (f"it drifts away (eigenvalue {lam.real:.6g}): the gains are too low to hold "
+                f"against gravity")
+    return (f"an oscillation grows (|eigenvalue| {abs(lam):.4g}, "
+            f"{abs(np.angle(lam)) / dt / 2 / np.pi:.1f} Hz)")
+
+
+def _check_loop(eigs, kp, ki, kd, dt, joint_names, what: str, inertia: list, where: str) -> float:
+    """Spectral radius of the loop with eigenvalue function eigs(kp, ki, kd); >= 1 raises the
+    ValueError naming the joint and gain most at fault (:func:`_worst_gain`); inertia[j]: text
+    on joint j's inertia for the message."""
+    lam = eigs(kp, ki, kd)
+    k = int(np.argmax(np.abs(lam)))
+    rho = float(np.abs(lam[k]))
+    if rho < 1.0:
+        return rho
+    r_best, j, g, factor = _worst_gain(eigs, kp, ki, kd)
+    names = list(joint_names)
+    raise ValueError(
+        f"{where}position-loop gains unstable {what} at the {dt * 1e3:g} ms step: "
+        f"{_instability(lam[k], dt)}; spectral radius {rho:.4g} >= 1 with the coupled dynamics. "
+        f"Joint {names[j]!r} is most at fault (kp={kp[j]:.4g}, ki={ki[j]:.4g}, kd={kd[j]:.4g}; "
+        f"{inertia[j]}; {'halving' if factor < 1 else 'doubling'} its {g} alone gives "
+        f"radius {r_best:.4g}) -- {'lower' if factor < 1 else 'raise'} it (a longer "
+        f"pid_integral_time_s tames integral-driven oscillations), or leave pid_kp/pid_ki/pid_kd "
+        f"unset for the default loop")
+
+
+def check_rigid_gains(M: np.ndarray, kp: np.ndarray, ki: np.ndarray, kd: np.ndarray, dt: float,
+                      joint_names, Mc: np.ndarray | None = None, G: np.ndarray | None = None,
+                      where: str = "") -> float:
+    """Refuse a rigid-joint position loop that is unstable at the 1 ms step, coupling included:
+    the spectral radius rho of :func:`rigid_loop_map` must be < 1. Returns rho.
+
+    The error names the joint at fault -- the joint and gain (kp, ki or kd) whose halving or
+    doubling alone lowers rho the most, and which way to change it -- with its smallest effective
+    inertia 1/(M^-1)_jj (the inertia it drives when the other joints move freely, what a per-joint
+    design must use) and the kind of instability: an oscillation at the loop rate (real eigenvalue
+    < -1: derivative / proportional action too high for the coupled inertia), a growing
+    oscillation, or a drift."""
+    inv_d = 1.0 / np.diag(np.linalg.inv(M))
+    txt = [f"its smallest effective inertia 1/(M^-1)_jj = {inv_d[j]:.3g} kg*m^2, diagonal "
+           f"M_jj = {M[j, j]:.3g}" for j in range(len(kp))]
+    return _check_loop(lambda a, b, c: _rigid_loop_eigs(M, a, b, c, dt, Mc, G), kp, ki, kd, dt,
+                       joint_names, "with rigid joints", txt, where)
+
+
+def drive_loop_map(A: np.ndarray, kp: np.ndarray, ki: np.ndarray, kd: np.ndarray, K: np.ndarray,
+                   dt: float, deflection_compensation: bool, G: np.ndarray | None = None
+                   ) -> np.ndarray:
+    """Linearised 1 kHz closed loop WITH the drive model holding a set point, friction's
+    stick-slip left out (viscous friction is inside A): state s = [q, v, q_m, w, tau_r, integral]
+    (6n, deviations from the equilibrium), s+ = L s with
+
+        tau_m = -kp q_m - kd w + kp/K tau_r (deflection compensation) + ki z
+        [u, w+, v+, tau_r+, tau_l, q_m+] = A [v, w, q_m, q, tau_m, G q]   (the step's linear map)
+        q+ = q + dt v+,   z+ = z - dt q_m + dt/K tau_r (compensation)
+
+    A (6n, 6n): the map of :func:`matrices_function` (TwinSim's p["A"]); kp, ki, kd, K (n,);
+    G (n, n) gravity stiffness dg/dq [N*m/rad] (None: 0). Returns L (6n, 6n)."""
+    n = len(kp)
+    dc = (1.0 / K) if deflection_compensation else np.zeros(n)
+    I, O = np.eye(n), np.zeros((n, n))
+    D = np.diag
+    # tau_m as a row-block map of s = [q, v, qm, w, tau_r, z]
+    Tm = np.hstack([O, O, -D(kp), -D(kd), D(kp * dc), D(ki)])
+    Gq = O if G is None else G
+    Xin = np.vstack([np.hstack([O, I, O, O, O, O]),        # v
+                     np.hstack([O, O, O, I, O, O]),        # w
+                     np.hstack([O, O, I, O, O, O]),        # q_m
+                     np.hstack([I, O, O, O, O, O]),        # q
+                     Tm,                                   # tau_m (ripple left out)
+                     np.hstack([Gq, O, O, O, O, O])])      # h = G q
+    Y = A @ Xin
+    w_new, v_new, tau_r_new, qm_new = Y[n:2 * n], Y[2 * n:3 * n], Y[3 * n:4 * n], Y[5 * n:6 * n]
+    q_new = np.hstack([I, O, O, O, O, O]) + dt * v_new
+    z_new = np.hstack([O, O, -dt * I, O, D(dt * dc), I])
+    return np.vstack([q_new, v_new, qm_new, w_new, tau_r_new, z_new])
+
+
+def check_drive_gains(A: np.ndarray, kp, ki, kd, K, J_r, dt: float, deflection_compensation: bool,
+                      joint_names, G: np.ndarray | None = None, where: str = "") -> float:
+    """Refuse position-loop gains that make the drive-model loop unstable at the 1 ms step with
+    the links coupled through the springs: spectral radius of :func:`drive_loop_map` < 1.
+    Returns the radius. :func:`check_gains` (per joint, J'_m + M_ii) misses e.g. a derivative gain
+    that is stable on J'_m + M_ii but not on the motor alone, which the spring lets ring (joint 2,
+    kd = 2000 N*m*s/rad: kd dt / (J'_m + M_22) = 0.87, yet a +-165 N*m limit cycle)."""
+    def eigs(a, b, c):
+        return np.linalg.eigvals(drive_loop_map(A, a, b, c, K, dt, deflection_compensation, G))
+    txt = [f"its reflected motor inertia J'_m = {J_r[j]:.3g} kg*m^2" for j in range(len(kp))]
+    return _check_loop(eigs, kp, ki, kd, dt, joint_names, "with the drive model", txt, where)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,8 +347,8 @@ class Layout:
         return out
 
 
-def step_layouts(n: int) -> dict:
-    """Layouts of the compiled step's vectors for n joints:
+def step_layouts(n: int, enabled: bool = True) -> dict:
+    """Layouts of the compiled step's vectors for n joints (enabled: the drive model is on):
 
     x (per step, [SI]): link q, v; motor angle/velocity qm, w; spring torque tau_r; PID integral;
         previous and current command qc_prev, qc; feed-forward tau_ff; bias h(q, v); time t.
@@ -187,7 +356,10 @@ def step_layouts(n: int) -> dict:
         c6 integral, integral += b1 qc + b3 qm + b5 tau_r), torque limit, friction laws, ripple,
         backlash, stiffness, dt, standard inertial parameters theta (10n, for the bias h).
     p (per mass-matrix refresh, from TwinSim._build_matrices): the maps A, Cm, Cl, the link
-        Delassus matrix W and the per-joint friction constants.
+        Delassus matrix W and the per-joint friction constants. Rigid joints (enabled False):
+        only the position loop's output map Mc (n x n: tau_m = Mc u + tau_ff; the mass matrix
+        for the decoupled loop, the identity for per-joint gains, see :func:`rigid_gains`) and
+        K_used.
     y (output): the new w, qm, tau_r, integral and command (in the order of x, to commit with one
         copy), then every recorded torque/flag channel, the start-of-step v (for qdd), the
         effective stiffness, and two flags: non-finite input, effective stiffness changed.
@@ -199,8 +371,9 @@ def step_layouts(n: int) -> dict:
         "c": Layout(v("c1", "c2", "c3", "c4", "c5", "c6", "b1", "b3", "b5", "tau_lim", "fc_m",
                       "fc_l", "asym", "str_ratio", "str_v", "ripple", "ripple_k", "backlash", "K")
                     + [("drift", 1, 1), ("drift_T", 1, 1), ("dt", 1, 1), ("theta", 10 * n, 1)]),
-        "p": Layout([("A", 6 * n, 6 * n), ("Cm", 6 * n, n), ("Cl", 6 * n, n), ("W", n, n)]
-                    + v("nWm", "nWl", "k_drv", "k_bck", "fv_m", "fv_l", "K_used")),
+        "p": (Layout([("A", 6 * n, 6 * n), ("Cm", 6 * n, n), ("Cl", 6 * n, n), ("W", n, n)]
+                     + v("nWm", "nWl", "k_drv", "k_bck", "fv_m", "fv_l", "K_used")) if enabled
+              else Layout([("Mc", n, n)] + v("K_used"))),
         "y": Layout(v("w", "qm", "tau_r", "integ", "qc", "tau_l", "tau_m", "tau_in", "tau_mc",
                       "tau_mv", "tau_hd", "tau_rip", "tau_lc", "tau_lv", "stick_m", "stick_l",
                       "tau_ff", "v_prev", "K_eff")
@@ -262,7 +435,7 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
     given, the bias h(q, v) = Y(q, v, 0) theta is evaluated inside the step from the standard
     parameters theta in c["theta"] (x["h"] is then ignored); None: h comes in x["h"].
     """
-    L = step_layouts(n)
+    L = step_layouts(n, enabled)
     xs, cs, ps = ca.SX.sym("x", L["x"].size), ca.SX.sym("c", L["c"].size), ca.SX.sym("p", L["p"].size)
     X, C, P = L["x"].sym(xs), L["c"].sym(cs), L["p"].sym(ps)
     q, v, w, qm, tau_r, integ = X["q"], X["v"], X["w"], X["qm"], X["tau_r"], X["integ"]
@@ -275,6 +448,8 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
         u = (C["c1"] * qc + C["c2"] * X["qc_prev"] + C["c3"] * qm + C["c4"] * w
              + C["c5"] * tau_r + C["c6"] * integ)
         de = C["b1"] * qc + C["b3"] * qm + C["b5"] * tau_r
+        if not enabled:
+            u = ca.mtimes(P["Mc"], u)          # rigid joints: decoupled (Mc = M) or per joint (I)
         tau_m = u + ff
         lim_t = C["tau_lim"]
         sat = ca.fabs(tau_m) > lim_t

@@ -9,6 +9,11 @@ One :meth:`TwinSim.step` is one 1 ms control period:
        tau_m = Kp e + Ki * integral(e) + Kd (qd_cmd - w) + tau_ff,
        qd_cmd from differencing q_cmd (the drive's velocity feed-forward), tau_m clipped at
        torque_limit_scale * URDF effort with anti-windup; gains from twin.drive.default_gains;
+       rigid joints (drive_model False, no motor side: w = qd, q_m = q) by default the decoupled
+       tau_m = M(q) (kp e + ki integral + kd (qd_cmd - qd)) + tau_ff (twin.drive.rigid_gains; M
+       refreshed every ``mass_matrix_every`` steps), per-joint gains when given explicitly. At
+       reset the loop linearised at q0 must be stable at 1 ms with the coupling (check_drive_gains,
+       check_rigid_gains; radius in ``loop_radius``), else ValueError naming the joint;
 
 2. drive + link coupling, integrated semi-implicitly (see below), friction by a stick-slip step;
 3. one PyBullet step with the resulting link torque (TORQUE_CONTROL).
@@ -225,7 +230,7 @@ class TwinSim:
         self.t = 0.0
         self.k = 0
         # -- the compiled step and its buffers (twin.drive.step_layouts) ------------------------
-        self._lay = lay = drv.step_layouts(n)
+        self._lay = lay = drv.step_layouts(n, self.enabled)
         self._x, self._c, self._p, self._y = (np.zeros(lay[k].size) for k in "xcpy")
         self._X, self._C, self._P, self._Y = (lay[k].views(b) for k, b in
                                               zip("xcpy", (self._x, self._c, self._p, self._y)))
@@ -239,16 +244,25 @@ class TwinSim:
             self._fbuf.set_arg(i, memoryview(b))
         self._fbuf.set_res(0, memoryview(self._y))
         # the matrix build (every mass_matrix_every steps) writes straight into the step's "p"
-        mlay = drv.matrices_layout(n)
-        self._Mbuf, self._b, self._Wd = np.zeros((n, n)), np.zeros(mlay.size), np.zeros(2 * n)
-        self._B = mlay.views(self._b)
-        self._B["D"][:], self._B["J"][:], self._B["dt"][:] = self.D, self.J, dt
-        self._B["hd_drv"][:], self._B["hd_bck"][:] = self._hd_drv, self._hd_bck
-        self._mbuf, self._run_m = _compiled("matrices", n).buffer()
-        self._mbuf.set_arg(0, memoryview(self._Mbuf))
-        self._mbuf.set_arg(1, memoryview(self._b))
-        self._mbuf.set_res(0, memoryview(self._p))
-        self._mbuf.set_res(1, memoryview(self._Wd))
+        # (rigid joints: p is only the position loop's output map, written by _build_matrices)
+        if self.enabled:
+            mlay = drv.matrices_layout(n)
+            self._Mbuf, self._b, self._Wd = np.zeros((n, n)), np.zeros(mlay.size), np.zeros(2 * n)
+            self._B = mlay.views(self._b)
+            self._B["D"][:], self._B["J"][:], self._B["dt"][:] = self.D, self.J, dt
+            self._B["hd_drv"][:], self._B["hd_bck"][:] = self._hd_drv, self._hd_bck
+            self._mbuf, self._run_m = _compiled("matrices", n).buffer()
+            self._mbuf.set_arg(0, memoryview(self._Mbuf))
+            self._mbuf.set_arg(1, memoryview(self._b))
+            self._mbuf.set_res(0, memoryview(self._p))
+            self._mbuf.set_res(1, memoryview(self._Wd))
+        #: rigid joints' position loop: "decoupled" (tau = M(q) u, default) or "per_joint"
+        #: (explicit gains); None with the drive model or without the position loop
+        self.loop = None
+        #: spectral radius (< 1) of the position loop linearised at the last reset pose (drive
+        #: model or rigid joints; twin.drive.check_drive_gains / check_rigid_gains); None
+        #: without the position loop
+        self.loop_radius = None
         lx, ly = lay["x"], lay["y"]
         # commit: y's first five blocks (w, qm, tau_r, integ, qc) are x's blocks w .. qc_prev
         self._commit_x = slice(lx.slice("w").start, lx.slice("qc_prev").stop)
@@ -339,13 +353,17 @@ class TwinSim:
             self.omega_dt = drv.check_stability(M, self.J, self.K, self.D, self.fv_l, self.fv_m,
                                                 self.dt, self.cfg.joint_names)
         g = self.bias(q0, np.zeros(self.n))
-        J_tot = np.diag(M) + (self.J if self.enabled else 0.0)
-        kp, ki, kd = drv.default_gains(J_tot, s.pid_bandwidth_hz, s.pid_damping, s.pid_integral_time_s)
-        self.kp = kp if s.pid_kp is None else s.per_joint("pid_kp", self.n)
-        self.ki = ki if s.pid_ki is None else s.per_joint("pid_ki", self.n)
-        self.kd = kd if s.pid_kd is None else s.per_joint("pid_kd", self.n)
-        if self.position_control:
-            drv.check_gains(self.kp, self.kd, J_tot, self.dt, self.cfg.joint_names)
+        if self.enabled:
+            J_tot = np.diag(M) + self.J
+            kp, ki, kd = drv.default_gains(J_tot, s.pid_bandwidth_hz, s.pid_damping,
+                                           s.pid_integral_time_s)
+            self.kp = kp if s.pid_kp is None else s.per_joint("pid_kp", self.n)
+            self.ki = ki if s.pid_ki is None else s.per_joint("pid_ki", self.n)
+            self.kd = kd if s.pid_kd is None else s.per_joint("pid_kd", self.n)
+            if self.position_control:
+                drv.check_gains(self.kp, self.kd, J_tot, self.dt, self.cfg.joint_names)
+        else:
+            self._rigid_gains(q0, M)
         self._build_controller()
         self.t = 0.0
         self.k = 0
@@ -355,7 +373,9 @@ class TwinSim:
         # integrator holds gravity: tau_m = Kp (q0 - q_m) + Ki I = g
         if self.position_control:
             e0 = (qm if self.defl_comp else q0) - qm
-            integ = np.where(self.ki > 0, (g - self.kp * e0) / np.where(self.ki > 0, self.ki, 1.0), 0.0)
+            # rigid decoupled loop: tau = M u, so the integrator holds M^-1 g
+            g_u = np.linalg.solve(M, g) if self.loop == "decoupled" else g
+            integ = np.where(self.ki > 0, (g_u - self.kp * e0) / np.where(self.ki > 0, self.ki, 1.0), 0.0)
         else:
             integ = np.zeros(self.n)
         X, Y = self._X, self._Y
@@ -374,8 +394,59 @@ class TwinSim:
         Y["K_eff"][:] = self.K
         self._M = M
         self._build_matrices(M, self.K)
+        if self.enabled and self.position_control:
+            explicit = [k for k in ("pid_kp", "pid_ki", "pid_kd") if getattr(s, k) is not None]
+            self.loop_radius = drv.check_drive_gains(
+                self._P["A"], self.kp, self.ki, self.kd, self.K, self.J, self.dt, self.defl_comp,
+                self.cfg.joint_names, G=self.gravity_stiffness(q0),
+                where=f"settings {'/'.join(explicit)}: " if explicit else "default gains: ")
         self._reset_done = True
         return self.state()
+
+    def _rigid_gains(self, q0: np.ndarray, M: np.ndarray) -> None:
+        """Position loop of rigid joints (drive model off) at the start pose q0 with mass matrix M.
+
+        No explicit gains: the decoupled loop tau = M(q) u (:func:`twin.drive.rigid_gains`,
+        ``self.loop = "decoupled"``). Any of pid_kp / pid_ki / pid_kd given: per-joint gains
+        (``"per_joint"``), the missing ones from the bandwidth on each joint's smallest effective
+        inertia 1/(M^-1)_jj. Either way the 1 ms loop linearised at q0 -- coupled mass matrix and
+        gravity stiffness included -- must be stable (:func:`twin.drive.check_rigid_gains`, which
+        refuses naming the joint); its spectral radius is kept in ``self.loop_radius``."""
+        s, n = self.cfg.settings, self.n
+        explicit = [k for k in ("pid_kp", "pid_ki", "pid_kd") if getattr(s, k) is not None]
+        if explicit:
+            J_eff = 1.0 / np.diag(np.linalg.inv(M))
+            kp, ki, kd = drv.default_gains(J_eff, s.pid_bandwidth_hz, s.pid_damping,
+                                           s.pid_integral_time_s)
+            self.kp = kp if s.pid_kp is None else s.per_joint("pid_kp", n)
+            self.ki = ki if s.pid_ki is None else s.per_joint("pid_ki", n)
+            self.kd = kd if s.pid_kd is None else s.per_joint("pid_kd", n)
+            loop, Mc = "per_joint", None
+        else:
+            self.kp, self.ki, self.kd = drv.rigid_gains(s.pid_bandwidth_hz, s.pid_damping,
+                                                        s.pid_integral_time_s, n)
+            loop, Mc = "decoupled", M
+        if not self.position_control:
+            self.loop = self.loop_radius = None
+            return
+        self.loop = loop
+        where = (f"settings {'/'.join(explicit)} (drive_model: false): " if explicit
+                 else "default rigid-joint loop (drive_model: false): ")
+        self.loop_radius = drv.check_rigid_gains(M, self.kp, self.ki, self.kd, self.dt,
+                                                 self.cfg.joint_names, Mc=Mc,
+                                                 G=self.gravity_stiffness(q0), where=where)
+
+    def gravity_stiffness(self, q, step: float = 1e-6) -> np.ndarray:
+        """dg/dq (n, n) [N*m/rad] of the gravity torque g(q) = h(q, 0), central differences of
+        PyBullet's inverse dynamics with `step` [rad]."""
+        q = np.asarray(q, dtype=float)
+        z = np.zeros(self.n)
+        G = np.empty((self.n, self.n))
+        for j in range(self.n):
+            dq = np.zeros(self.n)
+            dq[j] = step
+            G[:, j] = (self.bias(q + dq, z) - self.bias(q - dq, z)) / (2.0 * step)
+        return G
 
     def _build_matrices(self, M: np.ndarray, K_eff: np.ndarray) -> None:
         """Precompute the linear maps of the semi-implicit step for mass matrix M (n, n) and the
@@ -393,6 +464,11 @@ class TwinSim:
         F_hd = c |T_s| / (1 +- c gT dt) (the factors k_drv, k_bck)."""
         # viscous friction follows the warm-up drift, refreshed with M (every mass_matrix_every
         # steps; the drift's time constant is seconds to minutes)
+        if not self.enabled:
+            self._P["Mc"][:] = M if self.loop == "decoupled" else np.eye(self.n)
+            self._P["K_used"][:] = K_eff
+            self._Keff = np.array(K_eff, dtype=float)
+            return
         fs = drv.drift_scale(self.t, self.drift, self.drift_T) if self.drift else 1.0
         B = self._B
         B["K_eff"][:] = K_eff
@@ -444,6 +520,8 @@ class TwinSim:
             if self._theta is None:
                 self._xh[:] = p.calculateInverseDynamics(self.body, self._ql, self._vl, self._zeros,
                                                          physicsClientId=c)
+        elif self.loop == "decoupled" and k % self.mm_every == 0 and k > 0:
+            self._M = self._P["Mc"][:] = self.mass_matrix(self._ql)
         self._run()
         if y[self._ibad]:
             self._input_error(qc, tau_ff)
