@@ -22,6 +22,14 @@ docs/joint_models.md):
 stage-2 residual (``compare_friction_terms_``). A joint whose sensor torque is too small to fix xi
 gets xi = 0 with std NaN (``Stage2Joint.xi_identified = False``).
 
+Parallel filtering (docs/joint_models.md): when `d` carries the processing's filter chain
+(``d.filter_chain``, ``d.qd_full``; ProcessingSettings.filter_regressor, the default), every
+sign(qd) above -- the Coulomb columns of the simplified model and of stage 1, stage 2's Coulomb
+column and the opposing direction s -- is evaluated on the unfiltered grid and passed through
+exactly the torques' filter (:func:`coulomb_column`, :func:`_direction`, :func:`_gain`), which
+removes the bias of a sharp step regressed on a smeared one (Coulomb low, viscous high). Data
+without a chain use the plain columns.
+
 The paper's grouping of the torque difference,
 
     dtau = tau'_m - tau_r = a1 tau'_m + a2 sign(qd) + a3 qd + a4 qdd + a5 taudd_r,
@@ -483,6 +491,15 @@ def _phi(qd, qdd, taudd_r, coulomb_eps: float, compliance: bool,
     return np.stack(cols, axis=2)
 
 
+def _direction(d, qd: np.ndarray, load_eps: float) -> np.ndarray:
+    """(N, n) smoothed direction of motion tanh(qd / load_eps) of the opposing reducer friction,
+    parallel-filtered like the Coulomb column (:func:`coulomb_column`) when `d` carries the
+    filter chain: the reducer friction xi |tau'_r| s is a step at every reversal, like Coulomb
+    friction (used through the affine law of :func:`_gain`)."""
+    s = coulomb_column(d, qd.shape[1], load_eps)
+    return np.tanh(qd / load_eps) if s is None else s
+
+
 def _influence(J: np.ndarray, r: np.ndarray, where: str, names) -> np.ndarray:
     """Influence series of a least-squares solution: Psi (N, p) with rows
     Psi_k = r_k (J^T J)^-1 J_k^T, so that theta_hat - theta ~ -sum_k Psi_k to first order in the
@@ -529,10 +546,57 @@ XI_REL_STD_MAX = 0.1   # 1/(1 - xi) must be known to 10 % for xi to count as ide
 XI_PLAUSIBLE_MAX = 0.8  # largest reducer friction considered (the paper's Table 2: a1 <= 0.804)
 
 
-def _gauss_newton(resid, jac, theta, k, M, where, max_iter: int = 50):
+def _gain(M: np.ndarray, xi: np.ndarray, m_sharp: np.ndarray | None = None
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Reducer gain h = tau'_r / tau_r (N,) and its derivative dh/dxi (N, k).
+
+    Sharp multipliers M (N, k) (:func:`_multipliers`; the opposing column m = s g is +-1 away
+    from reversals): h = 1 / (1 - M xi). With parallel filtering, M's opposing column (the
+    last one of the opposing and both variants) is the filtered direction m_f = g H[s]
+    (:func:`_direction`) and `m_sharp` (N,) the unfiltered m. The law is not linear in m, so
+    filtering the torque does not simply filter m through it; it is split exactly into a part
+    affine in m and a remainder that vanishes for m = +-1 (a = xi_opp / (1 - xi_lin)):
+
+        (1 - a m)^-1 = (1 + a m) / (1 - a^2) - a^2 (1 - m^2) / ((1 - a m)(1 - a^2)),
+
+    the affine part is evaluated with m_f (it commutes with the linear filter while tau_r varies
+    slowly across a reversal) and the remainder -- non-zero only at low speed,
+    |qd| < ~2 load_eps -- with m_sharp; h = that / (1 - xi_lin). Without filtering (m_f = m)
+    this is 1 / (1 - M xi) exactly. The linear variant (M = 1) is unaffected."""
+    k = M.shape[1]
+    if m_sharp is None or np.all(M == 1.0):
+        h = 1.0 / (1.0 - M @ xi)
+        return h, (h * h)[:, None] * M
+    xl, xo = (xi[0], xi[1]) if k == 2 else (0.0, xi[0])
+    mf, m = M[:, -1], m_sharp
+    L = 1.0 - xl
+    A = xo / L
+    den = 1.0 - A * A
+    q = (1.0 - A * m) * den
+    h1 = (1.0 + A * mf) / den - A * A * (1.0 - m * m) / q
+    dq = -m * den - 2.0 * A * (1.0 - A * m)
+    dh1 = ((mf * den + 2.0 * A * (1.0 + A * mf)) / den ** 2
+           - (1.0 - m * m) * (2.0 * A * q - A * A * dq) / q ** 2)
+    h = h1 / L
+    d_xo = dh1 / L ** 2
+    if k == 1:
+        return h, d_xo[:, None]
+    return h, np.column_stack([(h1 + A * dh1) / L ** 2, d_xo])
+
+
+def _feasible(M: np.ndarray, xi: np.ndarray, m_sharp: np.ndarray | None = None) -> bool:
+    """True if the reducer transmits torque for every sample: 1 - M xi > 0 (sharp M), or
+    1 - xi_lin - |xi_opp| > 0 (the parallel-filtered law of :func:`_gain`)."""
+    if m_sharp is None or np.all(M == 1.0):
+        return bool(np.all(1.0 - M @ xi > 0))
+    xl, xo = (xi[0], xi[1]) if M.shape[1] == 2 else (0.0, xi[0])
+    return bool(1.0 - xl - abs(xo) > 0)
+
+
+def _gauss_newton(resid, jac, theta, k, feasible, where, max_iter: int = 50):
     """Damped Gauss-Newton (step halving) for the stage-2 least squares; the problem is linear
     in c and mildly nonlinear in xi, so it converges in a few steps from the linear start.
-    Steps that would make 1 - M xi <= 0 somewhere are halved too."""
+    Steps that would leave ``feasible(xi)`` (the reducer transmits torque) are halved too."""
     r = resid(theta)
     cost = float(r @ r)
     for _ in range(max_iter):
@@ -540,7 +604,7 @@ def _gauss_newton(resid, jac, theta, k, M, where, max_iter: int = 50):
         lam = 1.0
         while lam > 1e-6:
             trial = theta + lam * step
-            if np.all(1.0 - M @ trial[:k] > 0):
+            if feasible(trial[:k]):
                 r_t = resid(trial)
                 c_t = float(r_t @ r_t)
                 if c_t <= cost:
@@ -629,8 +693,10 @@ def _linear_start(tau_m, tau_r, Phi, names_c, where, serial="auto", u=None, udd=
 
 
 def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="auto",
-                      u=None, udd=None):
-    """Least squares of tau_m = tau_r / (1 - M xi) + Phi c for one joint.
+                      u=None, udd=None, m_sharp=None):
+    """Least squares of tau_m = tau_r h(M, xi) + Phi c for one joint, h = 1 / (1 - M xi)
+    (:func:`_gain`; `m_sharp` (N,): the unfiltered opposing multiplier when M's is
+    parallel-filtered).
 
     Args: tau_m, tau_r (N,); Phi (N, m); M (N, k); names (k + m,); start: the joint's
         :func:`_linear_start` (shared between variants), computed if None; serial: "auto" or
@@ -688,19 +754,18 @@ def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="au
                 np.stack([bias, np.concatenate([np.zeros(k), absorb])]), dom)
 
     def resid(th):
-        h = 1.0 / (1.0 - M @ th[:k])
-        return tau_r * h + Phi @ th[k:] - tau_m
+        return tau_r * _gain(M, th[:k], m_sharp)[0] + Phi @ th[k:] - tau_m
 
     def jac(th):
-        h = 1.0 / (1.0 - M @ th[:k])
-        return np.column_stack([(tau_r * h * h)[:, None] * M, Phi])
+        return np.column_stack([tau_r[:, None] * _gain(M, th[:k], m_sharp)[1], Phi])
 
     if k == 1 and np.all(M == 1.0):          # linear variant: exact in b, map back
         theta = np.concatenate([[1.0 - 1.0 / b], sol[1:]])
     else:
         theta0 = np.concatenate([np.full(k, (1.0 - 1.0 / b) / k), sol[1:]])
-        theta = _gauss_newton(resid, jac, theta0, k, M, where)
-    if np.any(1.0 - M @ theta[:k] <= 0):
+        theta = _gauss_newton(resid, jac, theta0, k,
+                              lambda xi: _feasible(M, xi, m_sharp), where)
+    if not _feasible(M, theta[:k], m_sharp):
         raise ValueError(f"{where}: fitted reducer friction {dict(zip(names[:k], theta[:k]))} "
                          f"makes 1 - xi <= 0 (the joint would transmit no torque); the data do "
                          f"not support this friction variant")
@@ -711,8 +776,8 @@ def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="au
     bias = np.zeros(k + m)
     dom = np.zeros(k + m, bool)
     if u is not None:
-        h = 1.0 / (1.0 - M @ theta[:k])
-        Jn = _noise_columns(u, udd, (h * h)[:, None] * M, m)
+        h, dh = _gain(M, theta[:k], m_sharp)
+        Jn = _noise_columns(u, udd, dh, m)
         bias, dom = _eiv_bias(J, Jn, lambda z: h * u + c5(theta, z))
         cov = cov + np.outer(bias, bias)
         cov[dom, :] = np.nan
@@ -839,7 +904,9 @@ class ImprovedModel:
         taudd = second_derivative(t, tau_j) if self.compliance else None
         Phi = _phi(qd, qdd, taudd, self.coulomb_eps, self.compliance,
                    coulomb_column(d, n, self.coulomb_eps))
-        s = np.tanh(qd / self.load_eps)
+        s = _direction(d, qd, self.load_eps)
+        s_sharp = (np.tanh(qd / self.load_eps) if getattr(d, "filter_chain", None) is not None
+                   else None)
         g = np.sign(tau_j)
         phi_names = list(PHI_NAMES[:Phi.shape[2]])
         self.stage2_all_ = {}
@@ -867,7 +934,8 @@ class ImprovedModel:
                     th, cov, rms, ok, Psi, tau, biases, dom = _fit_stage2_joint(
                         tau_m[:, j], tau_j[:, j], Phi[:, j], M, nm,
                         f"stage 2 ({variant}), joint {jn}", start=starts[j], serial=self.serial,
-                        u=col(u, j), udd=col(udd, j))
+                        u=col(u, j), udd=col(udd, j),
+                        m_sharp=None if s_sharp is None else s_sharp[:, j] * g[:, j])
                 except ValueError:
                     if variant == self.friction_term or (self.friction_term == "auto"
                                                          and variant == "linear"):
@@ -937,7 +1005,7 @@ class ImprovedModel:
         else:
             raise ValueError(f"tau_r must be 'model' or 'measured', got {tau_r!r}")
         Phi = _phi(qd, qdd, taudd, self.coulomb_eps, self.compliance, sgn)
-        s = np.tanh(qd / self.load_eps)
+        s = _direction(d, qd, self.load_eps)
         g = np.sign(Tr)
         P = self.stage2_all_[variant].params               # (n, k + m)
         k = len(_xi_names(variant))
@@ -945,6 +1013,12 @@ class ImprovedModel:
         u = np.einsum("Njm,jm->Nj", Phi, c)
         if variant == "linear":
             Mxi = np.broadcast_to(xi[:, 0], (N, n))
+        elif getattr(d, "filter_chain", None) is not None:
+            # parallel-filtered direction: the affine law of _gain, as Mxi = 1 - 1/h
+            s_sharp = np.tanh(qd / self.load_eps)
+            Mxi = np.column_stack([
+                1.0 - 1.0 / _gain(_multipliers(variant, s[:, j], g[:, j]), xi[j],
+                                  s_sharp[:, j] * g[:, j])[0] for j in range(n)])
         elif variant == "opposing":
             Mxi = s * g * xi[:, 0]
         else:

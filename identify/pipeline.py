@@ -461,9 +461,9 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     d_exc = processed["excitation"]
     want_s = ident.joint_model in ("simplified", "both")
     want_i = ident.joint_model in ("improved", "both")
-    from .joint_models import ImprovedModel, SimplifiedModel, design_matrix
-    W = {label: design_matrix(model, base, d.q, d.qd, d.qdd, terms=terms)[0]
-         for label, d in processed.items()}
+    from .joint_models import ImprovedModel, SimplifiedModel, design_from
+    # the models' own design (parallel-filtered Coulomb column), computed once per trajectory
+    W = {label: design_from(model, base, d, terms=terms)[0] for label, d in processed.items()}
     sm = im = None
     with progress.step("identification", timings):
         if want_s:

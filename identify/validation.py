@@ -98,10 +98,13 @@ def decompose(model, fitted, d, regs: dict | None = None,
         regs = rigid_regressors(model, q, qd, qdd)
     n = model.n
     pr, pf = split_parameters(model, fitted.base, fitted.terms, fitted.params_)
+    from .joint_models import coulomb_column
     joint_parts = {}                                   # per joint term: viscous, coulomb, ...
     for k, term in enumerate(fitted.terms):
-        joint_parts[term] = (joint_columns(qd, qdd, (term,), fitted.coulomb_eps)
-                             @ pf[k * n:(k + 1) * n])
+        col = coulomb_column(d, n, fitted.coulomb_eps) if term == "coulomb" else None
+        if col is None:                                # no filter chain: the plain column
+            col = joint_columns(qd, qdd, (term,), fitted.coulomb_eps).diagonal(axis1=1, axis2=2)
+        joint_parts[term] = col * pf[k * n:(k + 1) * n]
     fric = sum((joint_parts[t] for t in ("viscous", "coulomb") if t in joint_parts),
                np.zeros_like(q))
     extra = sum(joint_parts.values(), np.zeros_like(q))

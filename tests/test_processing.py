@@ -293,15 +293,15 @@ def test_twin_recording_processed_states_match_filtered_truth(root):
     assert np.all(rms(d.tau_j - filt(tr["tau_r"])) < 1.3 * rms(dn.tau_j) + 0.01 * rms(tr["tau_r"]))
 
 
-# -- parallel filtering of the regressor (filter_regressor) -----------------------------------------
+# -- parallel filtering of the regressor (filter_regressor) ---------------------------------
 @pytest.mark.parametrize("kw", [{}, {"average_periods": 2, "period_s": 20.0},
                                 {"decimate": 4, "butter_cutoff_hz": 5.0},
                                 {"smooth_passes": 0, "trim_s": 0.5},
                                 {"butter_cutoff_hz": None, "smooth_passes": 7}])
 def test_filter_columns_is_exactly_the_torques_filter(kw):
     """A torque channel that IS a column comes out of process() bit-identical to the chain
-    applied to that column (and a whole column block to rounding): same smoothing, Butterworth, periodic handling, trim
-    and decimation."""
+    applied to that column (and a whole column block to rounding): same smoothing, Butterworth,
+    periodic handling, trim and decimation."""
     from identify.processing import filter_columns
     rec, _ = _recording(rate=100.0, periods=2)
     X = np.sign(np.sin(np.outer(rec.t, [1.3, 0.7, 2.9])))          # arbitrary steps
