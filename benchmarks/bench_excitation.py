@@ -12,6 +12,9 @@
 (c) identify.excitation.optimize_excitation (CasADi + IPOPT), wall time including the base-parameter
     selection and building the NLP.
 
+(c) also prints where its solver time went: IPOPT's callbacks (objective, gradient, constraints)
+versus IPOPT's own work (KKT factorizations and solves, which grow with the constraint rows).
+
 Every cond is the plain cond(W_base) (exact Coulomb sign, SI columns) on the dense check grid
 (10x the optimization grid), every trajectory is checked against the limits on that grid.
 Targets (issue 4): (c) <= 60 s wall on 2 cores; cond(c) <= 0.3 x cond(a); (c) >= 10x faster than
@@ -172,10 +175,10 @@ def main(argv=None):
           f"(solver {res.solver_time_s:.1f} s, build {res.build_time_s:.1f} s), starts: " +
           ", ".join(f"{s['cond']:.2f}/{s['iterations']}it/{s['time_s']:.1f}s" for s in res.starts))
     t_ev = sum(s.get("eval_time_s", 0.0) for s in res.starts)
+    n_it = sum(s["iterations"] + s.get("polish_iterations", 0) for s in res.starts)
     print(f"    profile: of the solver's {res.solver_time_s:.1f} s, function/gradient evaluations "
           f"{t_ev:.1f} s, IPOPT's own work (KKT factorizations and solves) "
-          f"{res.solver_time_s - t_ev:.1f} s; {sum(s['iterations'] + s.get('polish_iterations', 0) for s in res.starts)} "
-          f"iterations in all")
+          f"{res.solver_time_s - t_ev:.1f} s; {n_it} iterations in all")
     bp = base_parameters(model, problem)
 
     # (a) random -----------------------------------------------------------------------------

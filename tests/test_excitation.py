@@ -235,3 +235,32 @@ def test_fast_objective_gradient_matches_casadi_graph_and_finite_differences(mod
     # the solver's gradient (CasADi Jacobian of the callback) is this gradient
     g_solver = np.asarray(ca.Function("gs", [xs], [ca.jacobian(fast.f_fun(xs), xs)])(x)).ravel()
     np.testing.assert_array_equal(g_solver, g)
+
+
+def test_screened_solve_satisfies_every_row_of_the_full_grid(model, problem):
+    """IPOPT sees only a subset of the limit rows (_screened_solve); the answer must still hold
+    on every row of the full grid, and a coarse first-stage grid is tightened by Ehlich-Zeller."""
+    from identify.excitation import _build_nlp, _initial_guess, _screened_solve, _to_x, resolve_start
+    pr = replace(problem, screen_stride=4, screen_threshold=0.6, polish_power=None,
+                 screen_min_rows=0)
+    bp = base_parameters(model, pr)
+    nlp = _build_nlp(model, pr, bp)
+    _, free = resolve_start(model, pr)
+    lim = scaled_limits(model, pr)
+    x0 = _to_x(_initial_guess(model, pr, np.random.default_rng(3), lim), free)
+    sol, st, iters, _ = _screened_solve(nlp, x0, nlp.lbg.copy(), pr)
+    x = np.asarray(sol["x"]).ravel()
+    g = np.asarray(nlp.g_fun(x)).ravel()
+    assert iters > 0 and np.all(np.isfinite(x))
+    assert np.all(g <= nlp.ubg + 1e-6) and np.all(g >= nlp.lbg - 1e-6)
+    assert np.abs(g).max() > 0.9 * nlp.ubg.max()          # some limit is (nearly) active
+    # the solver really saw fewer rows than the full problem has
+    assert nlp.subs and all(s_.size_in(4)[0] < nlp.lbg.size for s_ in nlp.subs.values())
+    # coarse stage-1 grid: rows at every 4th sample, bound cos(pi H 4 / N)
+    c = _build_nlp(model, pr, bp, constraint_stride=4)
+    assert c.lbg.size * 4 == nlp.lbg.size
+    np.testing.assert_allclose(c.ubg, math.cos(math.pi * 3 * 4 / 40))
+    np.testing.assert_allclose(nlp.ubg, math.cos(math.pi * 3 / 40))
+    assert set(c.sample) == set(range(0, 40, 4))
+    with pytest.raises(ValueError, match="constraint stride 3 must divide n_grid = 40"):
+        _build_nlp(model, pr, bp, constraint_stride=3)
