@@ -54,7 +54,7 @@ class BaseParameters:
         """Base regressor from the full one: (..., p) -> (..., b)."""
         if Y_full.shape[-1] != self.n_full:
             raise ValueError(f"regressor has {Y_full.shape[-1]} columns, expected {self.n_full} "
-                             f"({self.n_full - len(self.terms) * 0} = inertial + {list(self.terms)})")
+                             f"(inertial columns + joint terms {list(self.terms)})")
         return Y_full[..., self.independent]
 
     def project(self, p_full: np.ndarray) -> np.ndarray:

@@ -184,9 +184,8 @@ class RobotModel:
 
     def to_chain(self, *, damping=None, friction=None) -> Chain:
         """The model as a :class:`~identify.urdf.Chain` (for URDF export)."""
-        from .urdf import Chain as _C
         n = self.n
-        return _C(name=self.name, joint_names=list(self.joint_names),
+        return Chain(name=self.name, joint_names=list(self.joint_names),
                   link_names=list(self.link_names), base_link="base_link",
                   placements=self.placements.copy(), axes=self.axes.copy(),
                   params=self.params.reshape(n, 10).copy(), q_min=self.limits.q_min,

@@ -11,7 +11,6 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from identify import RobotModel
 from identify.arm import REFERENCE_URDF
 from identify.base_params import compute_base_parameters
 from identify.joint_models import ImprovedModel, SimplifiedModel
@@ -19,17 +18,8 @@ from identify.processing import Processed
 from identify.validation import (ValidationResult, decompose, parameter_errors, relative_change,
                                  rms, stage2_errors, true_base_parameters, validate)
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # the shared synthetic generator
-from test_joint_models import EPS, LOAD_EPS, drive_truth, sines, synth  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def model():
-    return RobotModel.reference()
-
-
-@pytest.fixture(scope="module")
-def base(model):
-    return compute_base_parameters(model, terms=("viscous", "coulomb"), coulomb_eps=EPS, seed=0)
+# the model/base fixtures are the joint-model tests' own (same arm, same base parameters)
+from test_joint_models import EPS, LOAD_EPS, base, drive_truth, model, sines, synth  # noqa: E402,F401
 
 
 @pytest.fixture(scope="module")
