@@ -9,7 +9,7 @@
     A x <= b would), from the same initial guesses as (c), same grid, same constraint tightening.
     It runs until a feasible iterate reaches cond(c) (its time to equal cond) or until a wall-time
     budget of --budget-factor x (c)'s time is spent (then the speed-up is at least that factor);
-(c) identify.excitation.optimize_excitation (CasADi + IPOPT), wall time including the base-parameter
+(c) identify.excitation.optimizer.optimize_excitation (CasADi + IPOPT), wall time including the base-parameter
     selection and building the NLP.
 
 (c) also prints where its solver time went: IPOPT's callbacks (objective, gradient, constraints)
@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from identify.excitation import (CondEvaluator, ExcitationProblem, _enforce_dense,  # noqa: E402
+from identify.excitation.optimizer import (CondEvaluator, ExcitationProblem, _enforce_dense,  # noqa: E402
                                  _initial_guess, _to_trajectory, _to_x, base_parameters,
                                  check_trajectory, free_basis, load_model, optimize_excitation,
                                  random_feasible_trajectory, resolve_start, scaled_limits)
@@ -41,7 +41,7 @@ from identify.excitation import (CondEvaluator, ExcitationProblem, _enforce_dens
 
 def linear_constraints(model, problem, lim):
     """A, lo, hi with lo <= A x + a0 <= hi the grid limit rows of the optimizer (same scaling and
-    tightening as identify.excitation); x = [coefficients (n*2(H-1)), free start poses]."""
+    tightening as identify.excitation.optimizer); x = [coefficients (n*2(H-1)), free start poses]."""
     n, H, N = model.n, problem.harmonics, problem.n_grid
     m = 2 * (H - 1)
     q_start, free = resolve_start(model, problem)

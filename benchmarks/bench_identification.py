@@ -33,12 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from identify import RobotModel, Recording  # noqa: E402
-from identify.base_params import compute_base_parameters  # noqa: E402
-from identify.consistency import ConsistentFit  # noqa: E402
-from identify.friction import full_regressor  # noqa: E402
-from identify.joint_models import ImprovedModel, SimplifiedModel  # noqa: E402
-from identify.processing import ProcessingSettings, process  # noqa: E402
-from identify.validation import validate  # noqa: E402
+from identify.model.base_params import compute_base_parameters  # noqa: E402
+from identify.estimation.consistency import ConsistentFit  # noqa: E402
+from identify.model.friction import full_regressor  # noqa: E402
+from identify.estimation.joint_models import ImprovedModel, SimplifiedModel  # noqa: E402
+from identify.estimation.processing import ProcessingSettings, process  # noqa: E402
+from identify.validation.validate import validate  # noqa: E402
 
 TERMS = ("viscous", "coulomb")
 TARGET_S = 2.0
@@ -84,8 +84,8 @@ def synthetic_recording(model, duration: float, rate: float, seed: int) -> Recor
 def twin_recording(duration: float, rate: float, seed: int) -> Recording:
     """The same 20 s run on the digital twin (paper's excitation shape: 5 harmonics,
     wf = 2 pi / duration), sampled at `rate`."""
-    from identify.arm import REFERENCE_DRIVES, REFERENCE_URDF
-    from identify.fourier import FourierTrajectory
+    from identify.model.arm import REFERENCE_DRIVES, REFERENCE_URDF
+    from identify.excitation.fourier import FourierTrajectory
     from twin import make_backend
     rng = np.random.default_rng(seed)
     n, H = 6, 5
@@ -104,7 +104,7 @@ def twin_recording(duration: float, rate: float, seed: int) -> Recording:
 
 def per_sample_regressor(model, q, qd, qdd, terms=TERMS, coulomb_eps=0.0):
     """Baseline: one call of the CasADi regressor per sample (same numbers, slow path)."""
-    from identify.friction import joint_columns
+    from identify.model.friction import joint_columns
     f = model.regressor_function()
     Y = np.stack([np.asarray(f(q[i], qd[i], qdd[i])) for i in range(q.shape[0])])
     return np.concatenate([Y, joint_columns(qd, qdd, terms, coulomb_eps)], axis=2)

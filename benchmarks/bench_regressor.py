@@ -10,7 +10,7 @@ import pinocchio as pin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from identify import RobotModel  # noqa: E402
-from identify.arm import REFERENCE_URDF  # noqa: E402
+from identify.model.arm import REFERENCE_URDF  # noqa: E402
 
 
 def best_of(fn, repeat=5):

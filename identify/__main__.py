@@ -1,7 +1,7 @@
 """``python -m identify ...`` is the same as the ``twinid`` command."""
 import sys
 
-from .cli import main
+from identify.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
 """The `hardware` backend: runs a trajectory on the arm over EtherCAT and returns a Recording.
 
-``make_backend(arm, settings)`` (registered in identify.backend.BACKENDS) ->
+``make_backend(arm, settings)`` (registered in identify.backend.interface.BACKENDS) ->
 :class:`HardwareBackend` with ``run(trajectory, periods=1, progress=False) -> Recording``.
 
 ``preflight(arm, settings)`` runs every check that needs no trajectory (settings, armed /
@@ -19,7 +19,7 @@ A run, in order (nothing touches the bus before step 3, nothing moves before ste
     dry run: stop here and return the (unmoved) measured pose with the planned command;
  5. the loop enables the drives, runs the plan (with ``torque_feedforward``: plus the rigid-body
     inverse dynamics of arm + payload as torque_offset), stops in a defined order; meanwhile this process
-    streams its samples to disk (identify.recording.ChunkWriter) and watches its heartbeat.
+    streams its samples to disk (identify.backend.recording.ChunkWriter) and watches its heartbeat.
 A fault ends in the safe stop and raises :class:`RunStopped`, whose ``recording`` holds every
 sample (also assembled on disk in ``record_dir``).
 """
@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from identify.jsonutil import to_jsonable
-from identify.recording import ChunkWriter, Recording, assemble_chunks
+from identify.common.jsonutil import to_jsonable
+from identify.backend.recording import ChunkWriter, Recording, assemble_chunks
 
 from . import loop as L
 from .config import HardwareSettings, load_config
@@ -59,7 +59,7 @@ def _arm_models(arm: dict):
     """(model of the identified joints, model of the full arm WITH the payload on its last link).
     The full model carries the acceleration limits (URDF has none)."""
     from identify import RobotModel
-    from identify.arm import REFERENCE_URDF, load_description
+    from identify.model.arm import REFERENCE_URDF, load_description
     urdf = Path(arm.get("urdf") or REFERENCE_URDF)
     joints = arm.get("joints")
     # acceleration limits (URDF has none): arm["qdd_max"], else the description YAML named in
@@ -83,7 +83,7 @@ def _arm_models(arm: dict):
 def _drives_path(arm: dict) -> Path:
     """The drive parameter file: arm["drives"], else <urdf stem>_drives.yaml next to the URDF.
     Required: the motor-torque check needs its friction, reducer loss and rotor inertia."""
-    from identify.arm import REFERENCE_URDF
+    from identify.model.arm import REFERENCE_URDF
     if arm.get("drives"):
         return Path(arm["drives"])
     urdf = Path(arm.get("urdf") or REFERENCE_URDF)
@@ -111,9 +111,9 @@ def preflight(arm: dict | None, settings: dict | None) -> HardwareSettings:
         raise SafetyRefused(why)
     if not s.iface and not s.dry_run:
         raise ValueError("hardware setting iface (the EtherCAT network interface) is required")
-    from identify.arm import REFERENCE_URDF
-    from identify.drives import load_drives
-    from identify.urdf import load_chain
+    from identify.model.arm import REFERENCE_URDF
+    from identify.model.drives import load_drives
+    from identify.model.urdf import load_chain
     cfg = load_config(s.config)
     names = list(load_chain(Path(arm.get("urdf") or REFERENCE_URDF)).joint_names)
     make_units(cfg, names)                      # every drive has a joint and vice versa

@@ -7,7 +7,7 @@ Protocol with the parent (:mod:`robot.backend`), over a Pipe:
   child -> ("error", kind, text)   bring-up or run failure before/without a safe stop
   child -> ("done", summary)       after the stop sequence; summary has the fault (or None)
 Samples go to a shared-memory table (one row per cycle, :data:`COLUMNS`) that the parent streams
-to disk with ``identify.recording.ChunkWriter`` while the loop runs; the parent keeps every row
+to disk with ``identify.backend.recording.ChunkWriter`` while the loop runs; the parent keeps every row
 written even if this process dies. ``ctrl`` (shared int64) holds the row count and flags.
 
 The loop never skips a cycle index: the emulated slaves advance the twin one step per frame, so
@@ -25,7 +25,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from identify.model import Limits
+from identify.model.robot_model import Limits
 
 from . import cia402
 from .config import load_config

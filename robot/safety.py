@@ -5,7 +5,7 @@ detection, and the safe-stop sequence.
   of the planned trajectory via ``RobotModel.inverse_dynamics``, or a given per-sample torque such
   as the motor-torque bound of :mod:`robot.torque_bound`) and per-cycle position-step limits of a
   sampled command, all at once (vectorized). Raises ValueError naming joint, sample and time.
-* :func:`run_limits` -- the limits a run may use (``identify.model.Limits``); :func:`step_limit`
+* :func:`run_limits` -- the limits a run may use (``identify.model.robot_model.Limits``); :func:`step_limit`
   -- the per-cycle position step, never above the velocity limit.
 * :class:`FaultMonitor` -- one ``update`` per cycle: drive fault bit, working-counter drop (a
   consecutive budget), lost frames (a budget per sliding window), slave lost, position/velocity
@@ -22,7 +22,7 @@ from enum import Enum
 
 import numpy as np
 
-from identify.model import Limits
+from identify.model.robot_model import Limits
 
 from . import cia402
 
@@ -37,7 +37,7 @@ class SafetyRefused(SafetyError, ValueError):
 
 
 def run_limits(model, scale: float = 1.0, position_margin: float = 0.0) -> Limits:
-    """The limits a run may use (identify.model.Limits, SI): the model's limits with velocity,
+    """The limits a run may use (identify.model.robot_model.Limits, SI): the model's limits with velocity,
     acceleration and torque scaled by `scale` (0 < scale <= 1) and the position range shrunk by
     `position_margin` [rad] at both ends."""
     if not 0 < scale <= 1:

@@ -37,7 +37,7 @@ def payload_params(payload: dict, where: str = "arm.payload") -> np.ndarray:
     """Standard 10-vector (Pinocchio order, inertia about the frame origin) of a payload given as
     {mass_kg [kg], com_m (3,) [m] in the flange (last joint) frame, inertia_kgm2 [Ixx, Iyy, Izz,
     Ixy, Ixz, Iyz] [kg*m^2] about its centre of mass, flange axes}. Errors name `where`.key."""
-    from identify.spatial import params_from_inertial
+    from identify.model.spatial import params_from_inertial
     if not isinstance(payload, dict):
         raise ValueError(f"{where} must be a mapping {{mass_kg, com_m, inertia_kgm2}}, got {payload!r}")
     bad = sorted(set(payload) - set(PAYLOAD_KEYS))
@@ -96,8 +96,8 @@ class TorqueBound:
     def from_files(model, drives_path, payload: dict | None = None, *, margin_frac: float = 0.0,
                    margin_coulomb: float = 0.0) -> "TorqueBound":
         """Bound for `model` (+ `payload` on its last link) with the drive file's friction,
-        harmonic-drive loss and rotor inertia (identify.drives; errors name file, joint, key)."""
-        from identify.drives import load_drives
+        harmonic-drive loss and rotor inertia (identify.model.drives; errors name file, joint, key)."""
+        from identify.model.drives import load_drives
         for name, v in (("margin_frac", margin_frac), ("margin_coulomb", margin_coulomb)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"torque bound {name} must be a finite number >= 0, got {v!r}")

@@ -5,9 +5,9 @@ import pinocchio as pin
 import yaml
 
 from identify import RobotModel
-from identify.arm import (REFERENCE_DESCRIPTION, REFERENCE_DRIVES, REFERENCE_URDF,
+from identify.model.arm import (REFERENCE_DESCRIPTION, REFERENCE_DRIVES, REFERENCE_URDF,
                           load_description)
-from identify.spatial import inertial_from_params, pseudo_inertia
+from identify.model.spatial import inertial_from_params, pseudo_inertia
 
 
 def test_urdf_fk_equals_mdh_fk():
@@ -26,7 +26,7 @@ def test_urdf_fk_equals_mdh_fk():
 def test_committed_urdf_is_what_the_generator_writes(tmp_path):
     out = load_description().write_urdf(tmp_path / "cobot6.urdf")
     assert out.read_text() == REFERENCE_URDF.read_text(), \
-        "assets/cobot6.urdf is stale: run `python -m identify.arm assets/cobot6.yaml`"
+        "assets/cobot6.urdf is stale: run `python -m identify.model.arm assets/cobot6.yaml`"
 
 
 def test_mdh_units_converted_once():

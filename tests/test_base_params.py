@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from identify import RobotModel
-from identify.base_params import compute_base_parameters, random_states
-from identify.friction import full_regressor, joint_columns
+from identify.model.base_params import compute_base_parameters, random_states
+from identify.model.friction import full_regressor, joint_columns
 
 
 @pytest.mark.parametrize("terms", [(), ("viscous", "coulomb"), ("viscous", "coulomb", "offset", "armature")])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from identify.cli import main
+from identify.app.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,7 @@ def test_quickstart_run_folder(quick_run):
     # stage-1 base parameters against an independently built truth: E @ (URDF inertia, the drive
     # file's link viscous and Coulomb friction); measured median |error| 8.9 %, 47/48 within 3 sigma
     from identify import RobotModel
-    from identify.base_params import compute_base_parameters
+    from identify.model.base_params import compute_base_parameters
     ref = RobotModel.from_urdf(ROOT / "assets" / "cobot6.urdf")
     bp = compute_base_parameters(ref, terms=("viscous", "coulomb"), seed=0)
     assert list(bp.names) == list(st1["names"])
@@ -124,7 +124,7 @@ def test_quickstart_run_folder(quick_run):
     # twin runs: the consistent fit's prior is NOT the twin's own truth
     assert m["prior"]["kind"] == "perturbed" and p["prior"]["kind"] == "perturbed"
     # the resolved scenario loads again and names the same experiment
-    from identify.scenario import load_scenario
+    from identify.app.scenario import load_scenario
     assert load_scenario(out / "scenario.yaml").name == "quickstart"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "<img" in html and "src='plots/" not in html
@@ -183,7 +183,7 @@ def test_exported_urdf_loads(quick_run):
     full = np.array(p["models"]["consistent"]["full"]["value"], float)
     np.testing.assert_allclose(m.inertial_parameters(), full[:60], rtol=1e-7, atol=1e-9)
     # ... and the identified base parameters are reproduced by them
-    from identify.base_params import compute_base_parameters
+    from identify.model.base_params import compute_base_parameters
     bp = compute_base_parameters(ref, terms=("viscous", "coulomb"), seed=0)
     assert bp.names == tuple(p["base_parameters"]) or list(bp.names) == p["base_parameters"]
     cid = pb.connect(pb.DIRECT)
@@ -217,7 +217,7 @@ def test_trajectory_command(tmp_path):
     f = fast_quickstart(tmp_path)
     out = tmp_path / "traj"
     assert main(["--quiet", "trajectory", str(f), "--out", str(out)]) == 0
-    from identify.fourier import FourierTrajectory
+    from identify.excitation.fourier import FourierTrajectory
     tr = FourierTrajectory.load(out / "excitation.yaml")
     assert tr.n_joints == 6 and tr.period == pytest.approx(4.0)
     info = yaml.safe_load((out / "trajectories.yaml").read_text())
@@ -226,7 +226,7 @@ def test_trajectory_command(tmp_path):
 
 def test_safety_refusal_exit_4(tmp_path, capsys):
     """A trajectory beyond the joint limits is refused by the twin before anything runs."""
-    from identify.fourier import FourierTrajectory
+    from identify.excitation.fourier import FourierTrajectory
     a = np.zeros((6, 2))
     b = np.zeros((6, 2))
     a[2] = [6.0, -6.0]       # velocity amplitude far beyond joint 3's limit
@@ -268,7 +268,7 @@ def test_infeasible_request_exit_2(tmp_path, capsys):
 @pytest.mark.parametrize("exc,code", [(RuntimeError("solver blew up"), 3),
                                       (KeyboardInterrupt(), 130)])
 def test_runtime_and_interrupt_exit_codes(tmp_path, monkeypatch, capsys, exc, code):
-    import identify.pipeline as pl
+    import identify.app.pipeline as pl
 
     def boom(*a, **k):
         raise exc
@@ -292,13 +292,13 @@ def test_urdf_export_round_trip_and_refusal(tmp_path):
     """Export the reference arm's own parameters: reading the file back gives them again
     (independent reader: RobotModel.from_urdf); a non-physical link is refused by name."""
     from identify import RobotModel
-    from identify.urdf_export import export_urdf, full_from_base
+    from identify.model.urdf_export import export_urdf, full_from_base
     ref = RobotModel.from_urdf(ROOT / "assets" / "cobot6.urdf")
     p = ref.inertial_parameters()
     path = export_urdf(ref, tmp_path / "a.urdf", p, viscous=np.full(6, 0.3), coulomb=np.full(6, 0.5))
     back = RobotModel.from_urdf(path)
     np.testing.assert_allclose(back.inertial_parameters(), p, rtol=1e-9, atol=1e-12)
-    from identify.urdf import load_chain
+    from identify.model.urdf import load_chain
     ch = load_chain(path)
     np.testing.assert_allclose(ch.damping, 0.3)
     np.testing.assert_allclose(ch.friction, 0.5)
@@ -307,7 +307,7 @@ def test_urdf_export_round_trip_and_refusal(tmp_path):
     with pytest.raises(ValueError, match="link4"):
         export_urdf(ref, tmp_path / "b.urdf", bad)
     # full_from_base reproduces the base parameters exactly and stays at the prior otherwise
-    from identify.base_params import compute_base_parameters
+    from identify.model.base_params import compute_base_parameters
     bp = compute_base_parameters(ref, seed=0)
     target = bp.E @ (p * 1.1)
     full = full_from_base(bp.E, target, p)
@@ -320,7 +320,7 @@ def test_urdf_export_round_trip_and_refusal(tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 def _scn(**arm_extra):
-    from identify.scenario import scenario_from_dict
+    from identify.app.scenario import scenario_from_dict
     arm = {"urdf": str(ROOT / "assets" / "cobot6.urdf"),
            "drives": str(ROOT / "assets" / "cobot6_drives.yaml"), **arm_extra}
     return scenario_from_dict({"arm": arm, "trajectories": json.loads(json.dumps(FAST_TRAJ))})
@@ -333,7 +333,7 @@ def _twin_defaults(**kw) -> dict:
 
 def test_truth_follows_the_twin_settings_and_overrides():
     from identify import RobotModel
-    from identify.pipeline import true_link_parameters
+    from identify.app.pipeline import true_link_parameters
     drives = yaml.safe_load((ROOT / "assets" / "cobot6_drives.yaml").read_text())["joints"]
     model = RobotModel.from_urdf(ROOT / "assets" / "cobot6.urdf")
     scn = _scn()
@@ -365,7 +365,7 @@ def test_truth_payload_moved_into_the_last_model_link(tmp_path):
     the same joint subset -- the URDF reader merges it into link 5 itself."""
     import xml.etree.ElementTree as ET
     from identify import RobotModel
-    from identify.pipeline import true_link_parameters
+    from identify.app.pipeline import true_link_parameters
     pl = {"mass_kg": 1.5, "com_m": [0.01, -0.02, 0.06], "inertia_kgm2": [0.004, 0.005, 0.003,
                                                                          0.0004, -0.0002, 0.0001]}
     subset = [f"joint{i}" for i in range(1, 6)]
@@ -387,7 +387,7 @@ def test_truth_payload_moved_into_the_last_model_link(tmp_path):
     expected = RobotModel.from_urdf(tmp_path / "with_payload.urdf", subset).inertial_parameters()
     np.testing.assert_allclose(t["inertial"], expected, rtol=1e-10, atol=1e-12)
     # ... which differs from adding the flange-frame vector to link 5 untransformed
-    from identify.spatial import params_from_inertial
+    from identify.model.spatial import params_from_inertial
     I_c = np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]])
     naive = model.inertial_parameters()
     naive[-10:] += params_from_inertial(pl["mass_kg"], np.array(pl["com_m"]), I_c)
@@ -397,8 +397,8 @@ def test_truth_payload_moved_into_the_last_model_link(tmp_path):
 
 def test_perturbed_prior_is_physical_seeded_and_not_the_truth():
     from identify import RobotModel
-    from identify.pipeline import perturbed_inertials, prior_parameters
-    from identify.spatial import pseudo_inertia
+    from identify.app.pipeline import perturbed_inertials, prior_parameters
+    from identify.model.spatial import pseudo_inertia
     model = RobotModel.from_urdf(ROOT / "assets" / "cobot6.urdf")
     p = model.inertial_parameters()
     a, b = perturbed_inertials(p, 0.2, 7), perturbed_inertials(p, 0.2, 7)
@@ -425,11 +425,11 @@ def test_perturbed_prior_is_physical_seeded_and_not_the_truth():
 
 
 def test_preflight_refusal_before_any_trajectory_is_optimized(tmp_path, monkeypatch, capsys):
-    """identify.backend.preflight imports the backend module by name and calls its preflight;
+    """identify.backend.interface.preflight imports the backend module by name and calls its preflight;
     the pipeline calls it before optimizing trajectories (refusal -> exit 4)."""
     import types
-    import identify.backend as ib
-    import identify.pipeline as pl
+    import identify.backend.interface as ib
+    import identify.app.pipeline as pl
 
     class SafetyRefused(ValueError):
         pass
@@ -465,7 +465,7 @@ def test_joint_subset_run_end_to_end(tmp_path):
     f.write_text(yaml.safe_dump(d, sort_keys=False))
     out = tmp_path / "run"
     assert main(["--quiet", "run", str(f), "--out", str(out)]) == 0
-    from identify.recording import Recording
+    from identify.backend.recording import Recording
     for label in ("excitation", "validation"):
         rec = Recording.load(out / "recordings" / f"{label}.npz")
         assert rec.joint_names == ["joint2", "joint3"] and rec.q.shape[1] == 2
@@ -475,7 +475,7 @@ def test_joint_subset_run_end_to_end(tmp_path):
     p = yaml.safe_load((out / "parameters.yaml").read_text())
     assert m["joint_names"] == ["joint2", "joint3"]
     from identify import RobotModel
-    from identify.base_params import compute_base_parameters
+    from identify.model.base_params import compute_base_parameters
     sub = RobotModel.from_urdf(ROOT / "assets" / "cobot6.urdf", ["joint2", "joint3"])
     bp = compute_base_parameters(sub, terms=("viscous", "coulomb"), seed=0)
     drv = {j["name"]: j for j in yaml.safe_load((ROOT / "assets" / "cobot6_drives.yaml").read_text())["joints"]}

@@ -1,15 +1,15 @@
-"""identify.consistency: the SDP fit returns physically consistent full parameters whose base
+"""identify.estimation.consistency: the SDP fit returns physically consistent full parameters whose base
 projection fits the data (ground truth: the reference arm's URDF inertia plus chosen friction)."""
 import numpy as np
 import pytest
 
-from identify.base_params import compute_base_parameters
-from identify.consistency import (ConsistentFit, consistency_report, is_physically_consistent,
+from identify.model.base_params import compute_base_parameters
+from identify.estimation.consistency import (ConsistentFit, consistency_report, is_physically_consistent,
                                   params_from_pseudo_inertia)
-from identify.estimators import WLS
-from identify.fourier import FourierTrajectory
-from identify.friction import full_regressor
-from identify.spatial import pseudo_inertia
+from identify.estimation.estimators import WLS
+from identify.excitation.fourier import FourierTrajectory
+from identify.model.friction import full_regressor
+from identify.model.spatial import pseudo_inertia
 
 TERMS = ("viscous", "coulomb")
 SIGMA = np.array([0.08, 0.06, 0.04, 0.02, 0.01, 0.01])

@@ -1,4 +1,4 @@
-"""identify.drives: the one reader of drive-parameter files (checked against the raw YAML)."""
+"""identify.model.drives: the one reader of drive-parameter files (checked against the raw YAML)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from identify.drives import (DRIVE_KEYS, DriveFileError, OverrideError, check_overrides,
+from identify.model.drives import (DRIVE_KEYS, DriveFileError, OverrideError, check_overrides,
                              load_drives, read_drive_file)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,12 +1,12 @@
-"""identify.estimators: recovery within the reported sigma on the reference arm's base regressor
+"""identify.estimation.estimators: recovery within the reported sigma on the reference arm's base regressor
 (ground truth known), oracles (SVD least squares, closed-form ridge) and error messages."""
 import numpy as np
 import pytest
 
-from identify.base_params import compute_base_parameters
-from identify.estimators import OLS, WLS, Ridge, check_identifiable, lcurve_corner
-from identify.fourier import FourierTrajectory
-from identify.friction import full_parameter_names, full_regressor
+from identify.model.base_params import compute_base_parameters
+from identify.estimation.estimators import OLS, WLS, Ridge, check_identifiable, lcurve_corner
+from identify.excitation.fourier import FourierTrajectory
+from identify.model.friction import full_parameter_names, full_regressor
 
 TERMS = ("viscous", "coulomb")
 SIGMA = np.array([0.08, 0.06, 0.04, 0.02, 0.01, 0.01])      # per-joint torque noise [N*m]
@@ -168,7 +168,7 @@ def test_lcurve_corner_between_noise_and_signal_levels():
 
 
 def test_integrated_autocorrelation_time_closed_forms():
-    from identify.estimators import integrated_autocorr_time
+    from identify.estimation.estimators import integrated_autocorr_time
     rng = np.random.default_rng(4)
     white = rng.normal(size=(20000, 2))
     np.testing.assert_allclose(integrated_autocorr_time(white), 1.0, atol=0.1)
@@ -213,7 +213,7 @@ def test_serially_correlated_noise_coverage(ref_model):
 
 
 def test_single_thread_blas_restores_thread_counts():
-    from identify.estimators import _openblas_handles, single_thread_blas
+    from identify.estimation.estimators import _openblas_handles, single_thread_blas
     handles = _openblas_handles()
     if not handles:
         pytest.skip("no OpenBLAS loaded in this process")

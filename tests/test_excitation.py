@@ -5,11 +5,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from identify.excitation import (CondEvaluator, ExcitationInfeasible, ExcitationProblem,
+from identify.excitation.optimizer import (CondEvaluator, ExcitationInfeasible, ExcitationProblem,
                                  base_parameters, check_trajectory, free_basis, load_model, main,
                                  optimize_excitation, random_feasible_trajectory, random_trajectory,
                                  limit_ratios, scaled_limits, trajectory_cond, validation_trajectory)
-from identify.fourier import FourierTrajectory
+from identify.excitation.fourier import FourierTrajectory
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_random_trajectory_fill(model, problem):
 
 
 def test_joint_that_cannot_move(model, problem):
-    from identify.model import Limits
+    from identify.model.robot_model import Limits
     L = model.limits
     frozen = model.with_limits(Limits(L.q_min, L.q_max, np.array([L.qd_max[0], 0.0]), L.qdd_max,
                                       L.tau_max))
@@ -192,7 +192,7 @@ def test_command_line(tmp_path, capsys):
 def test_objective_matches_numpy_and_brackets_cond(model, problem, r):
     """J from the CasADi graph == the same formula in numpy on the smooth-sign regressor, and
     cond(W)^2 <= exp(J) <= p^(2/r) cond(W)^2."""
-    from identify.excitation import _build_nlp, _to_x, base_regressor, resolve_start
+    from identify.excitation.optimizer import _build_nlp, _to_x, base_regressor, resolve_start
     pr = replace(problem, objective_power=r)
     bp = base_parameters(model, pr)
     nlp = _build_nlp(model, pr, bp)
@@ -210,11 +210,11 @@ def test_objective_matches_numpy_and_brackets_cond(model, problem, r):
 
 
 def test_fast_objective_gradient_matches_casadi_graph_and_finite_differences(model, problem):
-    """The compiled + numpy objective used with the L-BFGS Hessian (identify.excitation
+    """The compiled + numpy objective used with the L-BFGS Hessian (identify.excitation.optimizer
     _FastObjective) equals the CasADi graph of J (built for hessian='exact'); its gradient
     equals the graph's algorithmic derivative and central finite differences."""
     import casadi as ca
-    from identify.excitation import _build_nlp, _to_x, resolve_start
+    from identify.excitation.optimizer import _build_nlp, _to_x, resolve_start
     pr = replace(problem, objective_power=16, start_pose=(None, 0.0))   # a free start joint too
     bp = base_parameters(model, pr)
     fast = _build_nlp(model, pr, bp)
@@ -240,7 +240,7 @@ def test_fast_objective_gradient_matches_casadi_graph_and_finite_differences(mod
 def test_screened_solve_satisfies_every_row_of_the_full_grid(model, problem):
     """IPOPT sees only a subset of the limit rows (_screened_solve); the answer must still hold
     on every row of the full grid, and a coarse first-stage grid is tightened by Ehlich-Zeller."""
-    from identify.excitation import _build_nlp, _initial_guess, _screened_solve, _to_x, resolve_start
+    from identify.excitation.optimizer import _build_nlp, _initial_guess, _screened_solve, _to_x, resolve_start
     pr = replace(problem, screen_stride=4, screen_threshold=0.6, polish_power=None,
                  screen_min_rows=0)
     bp = base_parameters(model, pr)

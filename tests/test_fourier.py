@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from identify.backend import Trajectory
-from identify.fourier import FourierTrajectory, complete_rest
+from identify.backend.interface import Trajectory
+from identify.excitation.fourier import FourierTrajectory, complete_rest
 
 WF = 0.1 * math.pi
 
@@ -136,7 +136,7 @@ def test_sample_table():
 
 
 def test_grid_tightening_bounds_the_continuous_maximum():
-    """Ehlich-Zeller (used by identify.excitation): a degree-H trigonometric polynomial whose
+    """Ehlich-Zeller (used by identify.excitation.optimizer): a degree-H trigonometric polynomial whose
     |value| <= cos(pi H / N) on N equispaced samples stays <= 1 over the whole period."""
     rng = np.random.default_rng(4)
     H, N = 5, 40

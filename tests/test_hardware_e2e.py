@@ -306,7 +306,7 @@ def test_dead_loop_caught_by_watchdogs(veth, emulator, tmp_path):
 
 # -- the identification over the bus ---------------------------------------------------------------
 def _scenario(backend, **extra):
-    from identify.scenario import scenario_from_dict
+    from identify.app.scenario import scenario_from_dict
     d = {"name": "e2e-bus", "backend": backend,
          "arm": {"urdf": str(URDF), "drives": str(DRIVES), "description": str(ROOT / "assets" / "cobot6.yaml")},
          "trajectories": {"excitation": {"harmonics": 4, "period_s": 6.0, "grid": 60, "starts": 1,
@@ -323,7 +323,7 @@ def test_identification_over_bus_matches_twin(veth, emulator, tmp_path):
     drives run the PyBullet twin) give the same parameters as `backend: twin`, within noise: the
     parameter differences (in units of their combined standard error) are no larger than between
     two twin runs that differ only in the noise seed."""
-    from identify.pipeline import build_model, get_trajectory, identify_recordings, record
+    from identify.app.pipeline import build_model, get_trajectory, identify_recordings, record
     s_twin = _scenario("twin", twin={"sample_rate_hz": 100, "seed": 0})
     model = build_model(s_twin)
     terms = s_twin.identification.friction_terms

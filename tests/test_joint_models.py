@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from identify import RobotModel
-from identify.base_params import compute_base_parameters
-from identify.joint_models import FRICTION_VARIANTS, ImprovedModel, SimplifiedModel
-from identify.processing import Processed
+from identify.model.base_params import compute_base_parameters
+from identify.estimation.joint_models import FRICTION_VARIANTS, ImprovedModel, SimplifiedModel
+from identify.estimation.processing import Processed
 
 ROOT = Path(__file__).resolve().parent.parent
 EPS = 0.05          # tanh smoothing of Coulomb friction [rad/s] (generator and models alike)
@@ -197,7 +197,7 @@ def test_opposing_variant_recovered_and_preferred(model, base):
     assert ok[:5].all()                   # joint 6 (near-zero sensor torque) may be flagged
     z = ((P - truth) / S)[ok]
     assert np.max(np.abs(z)) < 4.5, z
-    from identify.validation import stage2_errors
+    from identify.validation.validate import stage2_errors
     pe = stage2_errors(im.stage2_, {"xi": tr.xi, "f_mc": tr.f_mc, "f_mv": tr.f_mv,
                                     "J_m": tr.J_m, "K": tr.K})
     assert pe.n == 5 * int(ok.sum()) and pe.names[0] == "joint1.xi_opp"
@@ -242,7 +242,7 @@ def test_simplified_model_fits_its_own_model(model, base):
     rng_traj = sines(model.n, 51)
     t = np.arange(1000) / 100.0
     q, qd, qdd = rng_traj(t)
-    from identify.friction import joint_columns
+    from identify.model.friction import joint_columns
     W = base.reduce(np.concatenate([model.regressor(q, qd, qdd),
                                     joint_columns(qd, qdd, coulomb_eps=EPS)], axis=2))
     p = base.project(np.concatenate([model.inertial_parameters(), np.full(6, 3.0),
@@ -314,7 +314,7 @@ def test_paper_formulas_eq24_and_closed_form(model, base, noise_free):
 def test_inertial_only_base_gets_friction_columns_appended(model, base, noise_free):
     """Base parameters computed without friction terms: the friction columns are appended; the
     column space and hence the fit are the same as with the friction-aware base."""
-    from identify.validation import decompose
+    from identify.validation.validate import decompose
     tr, d, dv, tau_v, sm, im = noise_free
     base0 = compute_base_parameters(model, terms=(), seed=0)
     sm0 = SimplifiedModel(model, base0, coulomb_eps=EPS).fit(d)
@@ -330,11 +330,11 @@ def test_inertial_only_base_gets_friction_columns_appended(model, base, noise_fr
 def processed(model, tr: Truth, seed: int, *, sigma_m: float, sigma_j: float,
               rate: float = 100.0, duration: float = 10.0):
     """Raw synthetic recording (white sensor noise on tau_m and tau_j, linear reducer law) through
-    the real processing chain (identify.processing.process defaults: 20 smoothing passes,
+    the real processing chain (identify.estimation.processing.process defaults: 20 smoothing passes,
     10 Hz zero-phase Butterworth, differentiated encoder): the noise is then serially
     correlated, and the noisy measured tau_r is a stage-2 regressor."""
-    from identify.processing import process
-    from identify.recording import Recording
+    from identify.estimation.processing import process
+    from identify.backend.recording import Recording
     d, _ = synth(model, tr, seed=seed, rate=rate, duration=duration, sigma_m=sigma_m,
                  sigma_j=sigma_j)
     rec = Recording(t=d.t, q=d.q, rate_hz=rate, joint_names=d.joint_names, tau_j=d.tau_j,
@@ -399,7 +399,7 @@ def test_eiv_bias_matches_monte_carlo():
     """Independent truth for the errors-in-variables bias: y = b x + c + e with x measured with
     noise u; the classic attenuation E[b_hat] - b = -b var(u) / (var(x) + var(u)) and the
     estimate of joint_models._eiv_bias agree with the Monte-Carlo mean error."""
-    from identify.joint_models import _eiv_bias
+    from identify.estimation.joint_models import _eiv_bias
     rng = np.random.default_rng(7)
     N, reps, b, c = 400, 300, 2.0, 0.5
     err, est = [], []
@@ -472,8 +472,8 @@ def _raw_recording(model, tr: Truth, seed: int, periods: int = 2, rate: float = 
     tau'_r + f_mc sign + f_mv qd + J'_m qdd with tau'_r = tau_r / (1 - xi) ("linear") or
     tau_r / (1 - xi sign(tau_r) tanh(qd / LOAD_EPS)) ("opposing", the closed form of
     tau_r = tau'_r - xi |tau'_r| s); sensor noise 0.02 / 0.05 N*m, encoder quantisation.
-    Returned unprocessed, for identify.processing.process."""
-    from identify.recording import Recording
+    Returned unprocessed, for identify.estimation.processing.process."""
+    from identify.backend.recording import Recording
     traj = sines(model.n, seed)
     t = np.arange(int(round(10.0 * periods * rate))) / rate
     q, qd, qdd = traj(t)
@@ -498,8 +498,8 @@ def test_parallel_filtering_unbiases_link_and_motor_friction(model, base):
     simplified model's lumped Coulomb friction are within 3 sigma of the truth; without, the
     link Coulomb friction is 4-7 % low and viscous 25-100 % high, all beyond 6 sigma -- what the
     twin showed."""
-    from identify.joint_models import coulomb_column, design_from, design_matrix
-    from identify.processing import ProcessingSettings, filter_columns, process
+    from identify.estimation.joint_models import coulomb_column, design_from, design_matrix
+    from identify.estimation.processing import ProcessingSettings, filter_columns, process
     tr = drive_truth()
     rec = _raw_recording(model, tr, seed=61)
     res = {}
@@ -541,8 +541,8 @@ def test_parallel_filtering_unbiases_link_and_motor_friction(model, base):
 
 
 def test_coulomb_column_without_chain_and_errors(model, base, noise_free):
-    from identify.joint_models import coulomb_column
-    from identify.processing import ProcessingSettings, filter_columns, process
+    from identify.estimation.joint_models import coulomb_column
+    from identify.estimation.processing import ProcessingSettings, filter_columns, process
     tr, d, *_ = noise_free
     assert coulomb_column(d, 6) is None             # hand-built data: plain sign(qd) is used
     dp = process(_raw_recording(model, drive_truth(), seed=62, periods=1),
@@ -568,7 +568,7 @@ def test_parallel_filtering_of_the_opposing_reducer_friction(model, base):
     with its direction parallel-filtered (joint_models._gain) the stage-2 coefficients of the
     opposing law come out within 3 sigma and the residual is the filtered noise; with the sharp
     direction xi is biased by several sigma (and joint 1's is lost)."""
-    from identify.processing import ProcessingSettings, process
+    from identify.estimation.processing import ProcessingSettings, process
     tr = drive_truth()
     rec = _raw_recording(model, tr, seed=71, variant="opposing")
     T = np.column_stack([tr.xi, tr.f_mc, tr.f_mv, tr.J_m])
@@ -593,7 +593,7 @@ def test_reducer_gain_law():
     """joint_models._gain: without filtering exactly 1 / (1 - M xi); its derivative against
     central differences; the filtered affine + remainder split equals the law when the
     filtered and sharp directions coincide."""
-    from identify.joint_models import _gain
+    from identify.estimation.joint_models import _gain
     rng = np.random.default_rng(0)
     m = np.tanh(rng.normal(0, 2, 200))
     m_f = np.clip(m + rng.normal(0, 0.2, 200), -1, 1)

@@ -1,4 +1,4 @@
-"""identify.jsonutil.to_jsonable, and the files that use it (recording header, trajectory meta)."""
+"""identify.common.jsonutil.to_jsonable, and the files that use it (recording header, trajectory meta)."""
 import json
 import math
 from dataclasses import dataclass
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from identify.fourier import FourierTrajectory
-from identify.jsonutil import to_jsonable
-from identify.recording import Recording
+from identify.excitation.fourier import FourierTrajectory
+from identify.common.jsonutil import to_jsonable
+from identify.backend.recording import Recording
 
 
 @dataclass

@@ -5,7 +5,7 @@ import pybullet as p
 import pytest
 
 from identify import RobotModel
-from identify.arm import REFERENCE_URDF
+from identify.model.arm import REFERENCE_URDF
 
 PANDA_ARM = [f"panda_joint{i}" for i in range(1, 8)]
 
@@ -148,7 +148,7 @@ def test_link_origins_match_pybullet(ref_model):
 
 def test_without_a_compiler_falls_back_with_a_warning(tmp_path, monkeypatch):
     """A missing compiler (CC pointing nowhere) must not break evaluation: same numbers, warned."""
-    from identify.regressor import BatchEvaluator
+    from identify.model.regressor import BatchEvaluator
     monkeypatch.setenv("TWINID_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     m = RobotModel.reference()

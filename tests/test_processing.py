@@ -1,10 +1,10 @@
-"""identify.processing on synthetic recordings of a known Fourier trajectory (analytic truth)."""
+"""identify.estimation.processing on synthetic recordings of a known Fourier trajectory (analytic truth)."""
 import numpy as np
 import pytest
 
-from identify.fourier import FourierTrajectory
-from identify.processing import Processed, ProcessingSettings, process
-from identify.recording import Recording
+from identify.excitation.fourier import FourierTrajectory
+from identify.estimation.processing import Processed, ProcessingSettings, process
+from identify.backend.recording import Recording
 
 NAMES = ["joint1", "joint2", "joint3"]
 ENC = 2 * np.pi / 2 ** 19            # link encoder resolution [rad]
@@ -42,7 +42,7 @@ def _truth_at(traj, t):
 def _filtered_noise_std(sigma, rate, passes, cutoff, order=4):
     """Closed form: std of white noise (std sigma) after `passes` 5-point cubic smoothings and a
     forward-backward Butterworth low-pass, sigma^2 (2/fs) int_0^{fs/2} |G(f)^K |B(f)|^2|^2 df with
-    G the 5-point filter's response and B the digital Butterworth's (scipy, not identify.signal)."""
+    G the 5-point filter's response and B the digital Butterworth's (scipy, not identify.estimation.signal)."""
     from scipy.signal import butter, sosfreqz
     f = np.linspace(0.0, rate / 2, 20001)
     _, b = sosfreqz(butter(order, cutoff, fs=rate, output="sos"), worN=f, fs=rate)
@@ -258,8 +258,8 @@ def test_twin_recording_processed_states_match_filtered_truth(root):
     """Integration: a twin run at the paper's 100 Hz; the processed q, qd, qdd and torques equal
     the simulator's true states passed through the same zero-phase low-pass, up to sensor noise."""
     pytest.importorskip("pybullet")
-    from identify import signal as sig
-    from identify.backend import load_backend
+    from identify.estimation import signal as sig
+    from identify.backend.interface import load_backend
 
     rng = np.random.default_rng(3)
     traj = FourierTrajectory.from_free(np.array([0, -np.pi / 2, 0, -np.pi / 2, 0, 0]),
@@ -302,7 +302,7 @@ def test_filter_columns_is_exactly_the_torques_filter(kw):
     """A torque channel that IS a column comes out of process() bit-identical to the chain
     applied to that column (and a whole column block to rounding): same smoothing, Butterworth,
     periodic handling, trim and decimation."""
-    from identify.processing import filter_columns
+    from identify.estimation.processing import filter_columns
     rec, _ = _recording(rate=100.0, periods=2)
     X = np.sign(np.sin(np.outer(rec.t, [1.3, 0.7, 2.9])))          # arbitrary steps
     Xraw = np.stack([X, rec.tau_j], axis=2)                       # (N_raw, n, 2) block
@@ -327,8 +327,8 @@ def test_parallel_filtering_removes_the_coulomb_bias():
     100 Hz: with the Coulomb column passed through the torques' filter the estimates are
     unbiased (|z| < 3 with the estimator's serially corrected std); with the sharp sign(qd) of
     the filtered velocity, Coulomb comes out low and viscous high by many sigma."""
-    from identify.estimators import OLS
-    from identify.processing import filter_columns
+    from identify.estimation.estimators import OLS
+    from identify.estimation.processing import filter_columns
     FC, FV, J = np.array([3.0, 1.5, 0.8]), np.array([2.0, 4.0, 1.0]), np.array([0.5, 0.3, 0.1])
     traj = _traj()
     rate = 100.0
@@ -361,7 +361,7 @@ def test_parallel_filtering_removes_the_coulomb_bias():
 
 
 def test_filter_columns_errors():
-    from identify.processing import filter_columns
+    from identify.estimation.processing import filter_columns
     rec, _ = _recording(rate=100.0)
     d = process(rec)
     with pytest.raises(ValueError, match=r"has 10 samples.*full grid has 2000"):

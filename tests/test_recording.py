@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from identify.recording import ChunkWriter, Recording, assemble_chunks
+from identify.backend.recording import ChunkWriter, Recording, assemble_chunks
 
 
 def _rec(N=50, n=3, seed=0):
@@ -65,7 +65,7 @@ def test_chunks_survive_a_killed_writer(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time, numpy as np
         sys.path.insert(0, {str(os.getcwd())!r})
-        from identify.recording import ChunkWriter
+        from identify.backend.recording import ChunkWriter
         w = ChunkWriter({str(folder)!r}, ["a", "b"], 100.0, meta={{"run": 1}})
         k = 0
         while True:

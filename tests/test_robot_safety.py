@@ -6,7 +6,7 @@ import pytest
 
 from robot import cia402
 from robot.plan import approach_duration, build_plan, quintic
-from identify.model import Limits
+from identify.model.robot_model import Limits
 from robot.safety import (DEFAULT_POLICY, Fault, FaultMonitor, StopSequence, check_trajectory,
                           limit_step, run_limits, step_limit)
 
@@ -116,7 +116,7 @@ def test_limits_from_model_scaling():
     import robot.safety
     m = RobotModel.reference()
     lim = run_limits(m, scale=0.5, position_margin=0.1)
-    assert type(lim) is Limits                     # the one Limits type (identify.model)
+    assert type(lim) is Limits                     # the one Limits type (identify.model.robot_model)
     assert robot.safety.Limits is Limits and not hasattr(Limits, "from_model")
     np.testing.assert_allclose(lim.qd_max, 0.5 * m.limits.qd_max)
     np.testing.assert_allclose(lim.q_max, m.limits.q_max - 0.1)

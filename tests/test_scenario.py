@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from identify.cli import main
-from identify.scenario import ScenarioError, load_scenario, schema_table, scenario_from_dict
+from identify.app.cli import main
+from identify.app.scenario import ScenarioError, load_scenario, schema_table, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 URDF = ROOT / "assets" / "cobot6.urdf"

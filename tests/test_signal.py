@@ -1,9 +1,9 @@
-"""identify.signal against closed forms: polynomials, sinusoids and filter frequency responses."""
+"""identify.estimation.signal against closed forms: polynomials, sinusoids and filter frequency responses."""
 import numpy as np
 import pytest
 from scipy import signal as sps
 
-from identify import signal as sig
+from identify.estimation import signal as sig
 
 
 def test_smooth5_keeps_cubics_exactly_including_edges():

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from identify.scenario import scenario_from_dict
-from identify.sweep import NOISE_SETTINGS, grid, run_sweep
+from identify.app.scenario import scenario_from_dict
+from identify.app.sweep import NOISE_SETTINGS, grid, run_sweep
 from conftest import tiny_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,14 +113,14 @@ def test_killed_sweep_resumes_without_redoing(tmp_path):
     assert again.ran == [] and len(again.skipped) == 3
     # the folder refuses a sweep of a different experiment
     other = dict(scn_dict, twin={"sample_rate_hz": 200, "settle_s": 0.1})
-    from identify.cli import InputError
+    from identify.app.cli import InputError
     with pytest.raises(InputError, match="different scenario"):
         run_sweep(scenario_from_dict(other), out=out, workers=1)
 
 
 def test_failed_run_is_reported_not_finished():
     import concurrent.futures as cf
-    from identify.sweep import SweepTask, _outcome
+    from identify.app.sweep import SweepTask, _outcome
     t = SweepTask("x_s0", (("position", 0.0), ("torque", 0.0), ("current", 0.0)), 0)
     ok, bad = cf.Future(), cf.Future()
     ok.set_result({"run_id": "x_s0"})
@@ -131,6 +131,6 @@ def test_failed_run_is_reported_not_finished():
 
 
 def test_sweep_needs_the_twin(capsys):
-    from identify.cli import main
+    from identify.app.cli import main
     assert main(["--quiet", "sweep", str(ROOT / "scenarios" / "hardware.yaml")]) == 2
     assert "backend: twin" in capsys.readouterr().err

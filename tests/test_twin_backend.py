@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from identify import RobotModel
-from identify.backend import Backend, load_backend
-from identify.recording import Recording
+from identify.backend.interface import Backend, load_backend
+from identify.backend.recording import Recording
 from twin import make_backend
 
 from test_twin_helpers import ARM, Q0, CosineTrajectory, excitation
@@ -203,7 +203,7 @@ def test_bad_drive_file_and_payload_named(tmp_path):
 def test_consecutive_runs_get_independent_noise_and_repeat_across_backends():
     """Excitation and validation runs on one backend must not share their sensor noise (the
     validation would not be independent); a fresh backend with the same seed repeats exactly."""
-    from identify.arm import REFERENCE_DRIVES, REFERENCE_URDF
+    from identify.model.arm import REFERENCE_DRIVES, REFERENCE_URDF
     from twin import make_backend
 
     class Hold:
@@ -248,7 +248,7 @@ class _Padded:
 
 
 def _subset_fourier(seed, period=6.0):
-    from identify.fourier import FourierTrajectory
+    from identify.excitation.fourier import FourierTrajectory
     rng = np.random.default_rng(seed)
     q0 = np.radians([-70.0, 30.0]) + rng.uniform(-0.2, 0.2, 2)
     return FourierTrajectory.from_free(q0, rng.uniform(-1, 1, (2, 3)) * 0.3,
@@ -291,10 +291,10 @@ def test_subset_identifies_the_locked_arm_parameters(subset_run):
     joints locked at 0 (RobotModel.from_urdf(joints=...), built from the URDF, not from the twin)
     and the drive file's link friction."""
     import yaml
-    from identify.base_params import compute_base_parameters
-    from identify.joint_models import ImprovedModel
-    from identify.processing import process
-    from identify.validation import parameter_errors, true_base_parameters
+    from identify.model.base_params import compute_base_parameters
+    from identify.estimation.joint_models import ImprovedModel
+    from identify.estimation.processing import process
+    from identify.validation.validate import parameter_errors, true_base_parameters
     _, rec, _ = subset_run
     sub = RobotModel.from_urdf(ARM["urdf"], SUBSET)
     assert list(sub.joint_names) == rec.joint_names

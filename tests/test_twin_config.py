@@ -1,5 +1,5 @@
 """twin.config: settings refuse NaN/inf/wrong types, payloads must be physical, drive
-parameters come from the one loader (identify.drives)."""
+parameters come from the one loader (identify.model.drives)."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from identify.drives import load_drives
+from identify.model.drives import load_drives
 from twin.config import DriveParams, TwinConfig, TwinSettings
 
 ROOT = Path(__file__).resolve().parents[1]

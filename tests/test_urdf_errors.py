@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from identify import RobotModel
-from identify.urdf import URDFError, load_chain
+from identify.model.urdf import URDFError, load_chain
 
 INERTIAL = """<inertial><origin xyz="0.01 0.02 0.03"/><mass value="1.5"/>
   <inertia ixx="0.01" ixy="0" ixz="0" iyy="0.02" iyz="0" izz="0.015"/></inertial>"""

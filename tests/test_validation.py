@@ -11,11 +11,11 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from identify.arm import REFERENCE_URDF
-from identify.base_params import compute_base_parameters
-from identify.joint_models import ImprovedModel, SimplifiedModel
-from identify.processing import Processed
-from identify.validation import (ValidationResult, decompose, parameter_errors, relative_change,
+from identify.model.arm import REFERENCE_URDF
+from identify.model.base_params import compute_base_parameters
+from identify.estimation.joint_models import ImprovedModel, SimplifiedModel
+from identify.estimation.processing import Processed
+from identify.validation.validate import (ValidationResult, decompose, parameter_errors, relative_change,
                                  rms, stage2_errors, true_base_parameters, validate)
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # the shared synthetic generator
 # the model/base fixtures are the joint-model tests' own (same arm, same base parameters)
@@ -138,10 +138,10 @@ def test_parameter_errors_nan_std_is_skipped_not_a_miss():
 
 def test_stage2_errors_skip_noise_dominated_and_unidentified():
     """Closed-form check on hand-built stage-2 results: joint1 fully identified (z by hand),
-    joint2's J_m/K noise-dominated (std NaN, as identify.joint_models marks it), joint3 without
+    joint2's J_m/K noise-dominated (std NaN, as identify.estimation.joint_models marks it), joint3 without
     an identified xi. Only the comparable coefficients are counted; the others are listed with
     their reason."""
-    from identify.joint_models import Stage2Joint, Stage2Result
+    from identify.estimation.joint_models import Stage2Joint, Stage2Result
     names = ["xi_opp", "f_mc", "f_mv", "J_m", "J_m/K"]
     truth = {"xi": [0.1, 0.2, 0.3], "f_mc": [1.0, 2.0, 3.0], "f_mv": [0.5, 0.6, 0.7],
              "J_m": [0.4, 0.5, 0.6], "K": [1e4, 2e4, 3e4]}
@@ -228,7 +228,7 @@ def test_validate_errors(model, base, fitted):
 
 
 def test_plots(model, base, fitted, tmp_path):
-    from identify.ident_plots import (plot_decomposition, plot_parameters, plot_residuals,
+    from identify.validation.plots import (plot_decomposition, plot_parameters, plot_residuals,
                                       plot_stage2, plot_torque_comparison)
     tr, d, dv, sm, im = fitted
     res = validate(sm, im, {"excitation": d, "validation": dv})
@@ -252,7 +252,7 @@ def test_plots(model, base, fitted, tmp_path):
 
 # -- integration on the digital twin (harmonic-drive friction, compliance, stick-slip, noise) ----
 def _fourier(seed: int, amp: float = 0.25, period: float = 10.0):
-    from identify.fourier import FourierTrajectory
+    from identify.excitation.fourier import FourierTrajectory
     rng = np.random.default_rng(seed)
     n, H = 6, 5
     q0 = np.array([0, -np.pi / 2, 0, -np.pi / 2, 0, 0]) + rng.uniform(-0.4, 0.4, n)
@@ -263,7 +263,7 @@ def _fourier(seed: int, amp: float = 0.25, period: float = 10.0):
 @pytest.fixture(scope="module")
 def twin_runs():
     twin = pytest.importorskip("twin")
-    from identify.arm import REFERENCE_DRIVES
+    from identify.model.arm import REFERENCE_DRIVES
     be = twin.make_backend({"urdf": str(REFERENCE_URDF), "drives": str(REFERENCE_DRIVES)},
                            {"sample_rate_hz": 100.0, "seed": 1})
     try:
@@ -276,8 +276,8 @@ def twin_runs():
 
 def test_twin_improved_beats_simplified(model, twin_runs):
     import yaml
-    from identify.arm import REFERENCE_DRIVES
-    from identify.processing import process
+    from identify.model.arm import REFERENCE_DRIVES
+    from identify.estimation.processing import process
     rec, rec_v = twin_runs
     base = compute_base_parameters(model, terms=("viscous", "coulomb"), seed=0)
     d, dv = process(rec), process(rec_v)

@@ -1,6 +1,6 @@
-"""The twin as a pipeline backend: trajectory in, :class:`identify.recording.Recording` out.
+"""The twin as a pipeline backend: trajectory in, :class:`identify.backend.recording.Recording` out.
 
-``make_backend(arm, settings)`` is registered under the name "twin" in identify.backend.
+``make_backend(arm, settings)`` is registered under the name "twin" in identify.backend.interface.
 ``arm = {"urdf": path, "drives": path, "payload": {mass_kg, com_m, inertia_kgm2} | None,
 "joints": [names] | None, "qdd_max": (n,) | None}``; ``settings`` uses the keys of
 :class:`twin.config.TwinSettings` (unknown keys -> ValueError).
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from identify.recording import Recording
+from identify.backend.recording import Recording
 
-from identify.jsonutil import to_jsonable
+from identify.common.jsonutil import to_jsonable
 from .config import TwinConfig, TwinSettings
 from .sensors import SensorModel
 from .sim import TwinSim
@@ -47,7 +47,7 @@ class TwinBackend:
         if bad:
             raise ValueError(f"twin backend: unknown arm key(s) {bad}")
         self.arm = dict(arm)
-        from identify.urdf import load_chain
+        from identify.model.urdf import load_chain
         all_names = list(load_chain(arm["urdf"]).joint_names)
         self.active = _subset_indices(arm.get("joints"), all_names, arm["urdf"])
         qdd_max = arm.get("qdd_max")
@@ -116,7 +116,7 @@ class TwinBackend:
         """Execute `trajectory` `periods` times and return the recording.
 
         Args:
-            trajectory: identify.backend.Trajectory (duration [s], n_joints, evaluate(t)).
+            trajectory: identify.backend.interface.Trajectory (duration [s], n_joints, evaluate(t)).
             periods: repetitions, back to back.
             progress: show a tqdm bar.
             tau_ff: optional torque feed-forward model, a callable (q, qd, qdd) (N, n) -> (N, n)
@@ -287,5 +287,5 @@ def _subset_indices(joints, all_names: list, urdf) -> np.ndarray:
 
 
 def make_backend(arm: dict, settings: dict | None = None) -> TwinBackend:
-    """Factory registered as "twin" in identify.backend.BACKENDS."""
+    """Factory registered as "twin" in identify.backend.interface.BACKENDS."""
     return TwinBackend(arm, settings)

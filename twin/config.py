@@ -8,7 +8,7 @@ Three things configure a twin:
   scenario layer maps scenario YAML onto exactly these keys.
 * :class:`DriveParams` -- per-joint drive ground truth (gear ratio, torque constant, motor inertia,
   friction, harmonic-drive friction coefficients, stiffness, damping) read from the arm's drive
-  YAML (``assets/cobot6_drives.yaml``) by the one loader :func:`identify.drives.load_drives`,
+  YAML (``assets/cobot6_drives.yaml``) by the one loader :func:`identify.model.drives.load_drives`,
   with per-joint overrides, as (n,) arrays for the simulation.
 * :class:`TwinConfig` -- URDF + drives + optional payload + settings, ready for
   :class:`twin.sim.TwinSim`.
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from identify.drives import DRIVE_KEYS as _DRIVE_KEY_MAP, load_drives
-from identify.scenario import payload_problem
+from identify.model.drives import DRIVE_KEYS as _DRIVE_KEY_MAP, load_drives
+from identify.app.scenario import payload_problem
 
 #: Keys of one joint entry in the drives YAML (all SI, link side unless noted); the one reader of
-#: that file is :func:`identify.drives.load_drives`.
+#: that file is :func:`identify.model.drives.load_drives`.
 DRIVE_KEYS = tuple(_DRIVE_KEY_MAP)
 
 #: settings that must be true/false
@@ -296,7 +296,7 @@ class DriveParams:
     def from_yaml(path: str | Path, joint_names, overrides: dict | None = None,
                   where: str = "drive_overrides") -> "DriveParams":
         """Read the drives YAML for `joint_names` (matched by name), applying `overrides`
-        ({joint: {key: value}}) -- through the one loader :func:`identify.drives.load_drives`.
+        ({joint: {key: value}}) -- through the one loader :func:`identify.model.drives.load_drives`.
         Errors name the file, joint and key (overrides: `where` + the key path)."""
         d = load_drives(path, list(joint_names), overrides, where=where)
         arr = d.array
@@ -387,7 +387,7 @@ class TwinConfig:
             qdd_max: (n,) acceleration limits [rad/s^2]; None -> the reference arm's when the URDF is
                 the reference arm, else inf.
         """
-        from identify.urdf import load_chain
+        from identify.model.urdf import load_chain
 
         if isinstance(settings, TwinSettings):
             sd = settings.to_dict()

@@ -309,7 +309,7 @@ def check_drive_gains(A: np.ndarray, kp, ki, kd, K, J_r, dt: float, deflection_c
 # numpy memory. The matrices of the linearly-implicit scheme (TwinSim._build_matrices, refreshed
 # with the mass matrix) are an input, so the function does not depend on the arm's numbers and one
 # compiled copy per structure (drive on/off, position loop on/off, backlash on/off) serves every arm
-# of n joints (cached on disk by identify.regressor.compile_function).
+# of n joints (cached on disk by identify.model.regressor.compile_function).
 # ---------------------------------------------------------------------------------------------
 
 class Layout:
@@ -431,7 +431,7 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
     (|tau_r|-proportional level, driving / back-driven factor) and one Jacobi correction; then the
     friction components. Without the drive model the motor torque acts on the links directly.
 
-    regressor: the arm's rigid-body regressor Y(q, qd, qdd) (identify.regressor.build_regressor);
+    regressor: the arm's rigid-body regressor Y(q, qd, qdd) (identify.model.regressor.build_regressor);
     given, the bias h(q, v) = Y(q, v, 0) theta is evaluated inside the step from the standard
     parameters theta in c["theta"] (x["h"] is then ignored); None: h comes in x["h"].
     """

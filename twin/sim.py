@@ -42,7 +42,7 @@ both stick-slip solves, the friction components) is ONE compiled function
 compiler), evaluated in place on flat numpy buffers. The linear maps are rebuilt by a second
 compiled function (:func:`twin.drive.matrices_function`) whenever the mass matrix is refreshed
 (every ``mass_matrix_every`` steps) or a backlash play opens/closes. The bias h(q, v) is the arm's
-rigid-body regressor Y(q, v, 0) theta (identify.regressor) compiled into the step, after a check at
+rigid-body regressor Y(q, v, 0) theta (identify.model.regressor) compiled into the step, after a check at
 construction that it reproduces PyBullet's calculateInverseDynamics (relative 1e-9 at seeded random
 states; ``bias_source`` says "compiled"); if it does not, PyBullet's inverse dynamics is called
 each step instead ("pybullet"). A period is then: the compiled step, set torques, step, read
@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 import pybullet as p
 
-from identify.regressor import compile_function
+from identify.model.regressor import compile_function
 
 from .config import TwinConfig
 from . import drive as drv
@@ -298,7 +298,7 @@ class TwinSim:
         """(theta, key) of the arm's regressor when its bias h(q, v) = Y(q, v, 0) theta matches
         PyBullet's calculateInverseDynamics (relative BIAS_RTOL, at seeded random states inside the
         joint limits), else (None, None)."""
-        from identify.model import RobotModel
+        from identify.model.robot_model import RobotModel
         try:
             model = RobotModel.from_urdf(urdf, self.cfg.joint_names, gravity=_gravity(self.cfg))
         except Exception:                     # noqa: BLE001 -- any failure: use PyBullet's h
@@ -743,7 +743,7 @@ class _Regressor:
     """An arm's symbolic regressor (for the compiled bias) and a batch evaluator of it."""
 
     def __init__(self, model):
-        from identify.regressor import BatchEvaluator
+        from identify.model.regressor import BatchEvaluator
         self.f = model.regressor_function()
         self.Y = BatchEvaluator(self.f)
 
@@ -755,7 +755,7 @@ _REGRESSORS: dict = {}
 def _compiled(kind: str, n: int, *flags):
     """The compiled step ("step", n, drive model, position loop, backlash, regressor key) or
     matrix build ("matrices", n); the generated C is cached on disk by
-    identify.regressor.compile_function."""
+    identify.model.regressor.compile_function."""
     key = (kind, n) + flags
     f = _COMPILED.get(key)
     if f is None:

@@ -4,7 +4,7 @@ Model: y = W p + e with W the stacked regressor. Inputs are either the per-sampl
 ``W (N, n, p)``, ``y (N, n)`` (N samples in time order, n joints, p parameters) or a flat
 ``W (M, p)``, ``y (M,)`` (treated as one joint). Noise is zero-mean with a variance that may
 differ between joints (sigma_j^2) but not between samples of one joint. Samples need not be
-independent: low-pass filtering (identify.processing) makes the noise serially correlated, and
+independent: low-pass filtering (identify.estimation.processing) makes the noise serially correlated, and
 with the default ``serial="auto"`` each joint's residual variance is multiplied by the
 residuals' integrated autocorrelation time tau_j (:func:`integrated_autocorr_time`) in the
 covariance -- without it the reported std is several-fold too small (about 10x for a 1 kHz twin

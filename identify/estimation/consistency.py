@@ -13,7 +13,7 @@ J_i PSD is the full set of physical-consistency conditions (m >= 0, inertia PSD 
 inequalities, centre of mass inside the body's inertia ellipsoid); Wensing et al. 2017.
 
 Objective. With W~, y~ the rows weighted per joint by 1/sigma_j (two-step, like
-:class:`~identify.estimators.WLS`; sigma_j from an OLS on the base columns unless given), the
+:class:`~identify.estimation.estimators.WLS`; sigma_j from an OLS on the base columns unless given), the
 data term ||W~ p - y~||^2 (a chi^2) depends only on the base parameters E p. It is compressed
 exactly through the QR factor of the weighted base regressor, [W~_b | y~] = Q [[R, z], [0, r]],
 so ||W~ p - y~||^2 = ||R E p - z||^2 + r^2: the SDP size does not depend on the number of samples
@@ -47,8 +47,8 @@ import scipy.linalg as sla
 
 from .estimators import (_dof_per_joint, _joint_sandwich, _one_blas_thread, _qr_solve,
                          integrated_autocorr_time, qr_r, stack_system)
-from .friction import check_terms, column_names
-from .spatial import pseudo_inertia
+from identify.model.friction import check_terms, column_names
+from identify.model.spatial import pseudo_inertia
 
 NONNEGATIVE_TERMS = ("viscous", "coulomb", "armature")
 _FLOOR = np.array([1e-2, 1e-3, 1e-3, 1e-3, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4])
@@ -56,7 +56,7 @@ _FLOOR_JOINT = 1e-2
 
 
 def params_from_pseudo_inertia(J: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`identify.spatial.pseudo_inertia`: 4x4 J -> standard 10-vector
+    """Inverse of :func:`identify.model.spatial.pseudo_inertia`: 4x4 J -> standard 10-vector
     [m, mcx, mcy, mcz, Ixx, Ixy, Iyy, Ixz, Iyz, Izz] (inertia about the frame origin)."""
     J = np.asarray(J, dtype=float)
     S = J[:3, :3]
@@ -107,7 +107,7 @@ class ConsistentFit:
     Fitted attributes:
         params_ (p_full,), base_params_ (n_base,) = base.E @ params_, wls_base_params_ and
         wls_base_cov_ (the unconstrained weighted fit of the base parameters for comparison,
-        covariance as :class:`~identify.estimators.WLS` with serial="auto"), tau_int_ (n,),
+        covariance as :class:`~identify.estimation.estimators.WLS` with serial="auto"), tau_int_ (n,),
         sigma2_ (n,), residual_rms_ (n,), chi2_ and wls_chi2_ (weighted residual sums of squares
         of the consistent and the unconstrained fit), min_eig_ (n,) pseudo-inertia eigenvalues,
         status_ (solver status), names_.

@@ -27,15 +27,15 @@ import os
 import sys
 import traceback
 
-from . import progress
+from identify.common import progress
 from .scenario import ScenarioError
 
 EXIT_OK, EXIT_INPUT, EXIT_RUNTIME, EXIT_SAFETY, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 
 
 # exceptions of other modules that mean "the request cannot be satisfied as given" (exit 2):
-# an infeasible trajectory request (identify.excitation), an unreadable log (identify.logs),
-# a URDF that is not a serial revolute chain (identify.urdf).
+# an infeasible trajectory request (identify.excitation.optimizer), an unreadable log (identify.app.logs),
+# a URDF that is not a serial revolute chain (identify.model.urdf).
 _INPUT_ERRORS = ("ExcitationInfeasible", "LogError", "URDFError")
 
 

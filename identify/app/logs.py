@@ -1,12 +1,12 @@
 """Import recordings made elsewhere: our NPZ recordings, or CSV / NPZ logs with a column map.
 
-A :class:`~identify.scenario.LogSpec` (the ``fit:`` section of a scenario) says where each signal
+A :class:`~identify.app.scenario.LogSpec` (the ``fit:`` section of a scenario) says where each signal
 is: time, joint positions, optional velocities, joint torques and/or motor currents (turned into
 link-side motor torque with per-joint gains eta*beta [N*m/A]) or motor torques. Columns are 0-based
 indices (CSV), names from a header row (CSV, ``header: true``) or array keys (NPZ: one (N, n) array
 or a list of n (N,) arrays). Optional unit conversion (``time_scale``, ``position_unit``), a sample
 window, and resampling of irregular time stamps onto a uniform grid
-(:func:`identify.signal.resample_uniform`, cubic) complete the import.
+(:func:`identify.estimation.signal.resample_uniform`, cubic) complete the import.
 
 Every problem raises :class:`LogError` (a ValueError) naming the file, and where it applies the
 row (1-based line of the file) and the column/channel at fault.
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .recording import Recording
+from identify.backend.recording import Recording
 from .scenario import ColumnMap, LogSpec
-from .signal import is_uniform, resample_uniform
+from identify.estimation.signal import is_uniform, resample_uniform
 
 __all__ = ["LogError", "load_log", "gains_from_drives", "CHANNELS"]
 
@@ -35,8 +35,8 @@ class LogError(ValueError):
 
 def gains_from_drives(drives_path, joint_names) -> np.ndarray:
     """(n,) link-side current gains eta*beta [N*m/A] for `joint_names` from a drive YAML
-    (read by :func:`identify.drives.load_drives`; its errors name file, joint and key)."""
-    from .drives import load_drives
+    (read by :func:`identify.model.drives.load_drives`; its errors name file, joint and key)."""
+    from identify.model.drives import load_drives
     try:
         return load_drives(drives_path, list(joint_names)).array("torque_factor")
     except (ValueError, FileNotFoundError) as exc:

@@ -16,7 +16,7 @@ T = 2 pi / wf, so it can be run several periods back to back. It is defined by i
 so the offset is c_i = q0_i + sum_k b_ik/(k wf). The constructor checks the rest conditions
 and raises ``ValueError`` naming the joint when they do not hold; :meth:`FourierTrajectory.
 from_free` builds a trajectory from harmonics 2..H only and fills harmonic 1 so that they hold
-exactly (the parametrisation the optimizer in :mod:`identify.excitation` uses).
+exactly (the parametrisation the optimizer in :mod:`identify.excitation.optimizer` uses).
 
 Files: ``.yaml``/``.yml`` hold the coefficients (readable, exact float round trip);
 ``.npz`` holds the coefficients plus, optionally, a sampled table (t, q, qd, qdd).
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .jsonutil import to_jsonable
+from identify.common.jsonutil import to_jsonable
 
 FORMAT = "twinid-fourier-trajectory"
 FORMAT_VERSION = 1
@@ -42,7 +42,7 @@ _REST_RTOL = 1e-9
 
 @dataclass(frozen=True, eq=False)
 class FourierTrajectory:
-    """Periodic finite-Fourier-series trajectory (implements :class:`identify.backend.Trajectory`).
+    """Periodic finite-Fourier-series trajectory (implements :class:`identify.backend.interface.Trajectory`).
 
     Attributes:
         q0: (n,) start (and end) pose [rad].
@@ -238,7 +238,7 @@ class FourierTrajectory:
             text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
             _atomic_write(path, text.encode())
         elif suffix == ".npz":
-            from .recording import _atomic_savez
+            from identify.backend.recording import _atomic_savez
             arrays = {"header": np.frombuffer(json.dumps(self.to_dict()).encode(), np.uint8)}
             if rate_hz is not None:
                 arrays.update(self.sample(rate_hz))
@@ -295,9 +295,9 @@ def complete_rest(a_free: np.ndarray, b_free: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _plain(o):
-    """Metadata -> plain Python types for YAML / Python's json: :func:`~identify.jsonutil.
+    """Metadata -> plain Python types for YAML / Python's json: :func:`~identify.common.jsonutil.
     to_jsonable` keeping non-finite floats (YAML writes .inf/.nan and reads them back; unlimited
-    joint ranges -inf..inf must round-trip). Kept under this name for identify.excitation."""
+    joint ranges -inf..inf must round-trip). Kept under this name for identify.excitation.optimizer."""
     return to_jsonable(o, nonfinite="keep", where="trajectory meta")
 
 

@@ -290,7 +290,7 @@ def resample_uniform(t: np.ndarray, x: np.ndarray, rate_hz: float, method: str =
 
 def decimate(x: np.ndarray, factor: int, offset: int = 0) -> np.ndarray:
     """Keep every `factor`-th sample starting at `offset`. No anti-alias filter here: low-pass
-    first (cutoff below rate / (2 factor)), as :func:`identify.processing.process` does."""
+    first (cutoff below rate / (2 factor)), as :func:`identify.estimation.processing.process` does."""
     factor = int(factor)
     if factor < 1:
         raise ValueError(f"decimate: factor must be >= 1, got {factor}")

@@ -14,7 +14,7 @@ defaults filled, absolute paths) as plain data; it loads back to an equal :class
 
 Sections that belong to other packages are validated by delegation: ``twin:`` is checked by the
 twin package's validator (``twin.config``) when ``backend: twin``; ``processing:`` by
-:class:`identify.processing.ProcessingSettings`; ``hardware.options`` by the robot package's
+:class:`identify.estimation.processing.ProcessingSettings`; ``hardware.options`` by the robot package's
 validator when ``backend: hardware``. Those packages are imported lazily, by name.
 """
 from __future__ import annotations
@@ -113,7 +113,7 @@ class ArmSpec:
                                            doc="identify only these joints (others locked at 0)")
 
     def to_backend_dict(self) -> dict:
-        """The `arm` dict handed to identify.backend.load_backend: urdf, drives, payload, and
+        """The `arm` dict handed to identify.backend.interface.load_backend: urdf, drives, payload, and
         joints only when a subset is selected."""
         d = {"urdf": str(self.urdf), "drives": None if self.drives is None else str(self.drives),
              "payload": None if self.payload is None else
@@ -200,7 +200,7 @@ class OutputSpec:
     urdf: bool = _f(True, doc="export the identified arm as URDF")
 
 
-# friendly sweep names -> the channel they perturb (mapped onto twin settings in identify.sweep)
+# friendly sweep names -> the channel they perturb (mapped onto twin settings in identify.app.sweep)
 NOISE_ALIASES = ("position", "torque", "current")
 
 
@@ -263,7 +263,7 @@ class Scenario:
     trajectories: Trajectories = _f(factory=Trajectories)
     twin: dict = _f(factory=dict, doc="twin settings (keys: twin/config.py)")
     hardware: HardwareSpec = _f(factory=HardwareSpec)
-    processing: dict = _f(factory=dict, doc="identify.processing.ProcessingSettings fields")
+    processing: dict = _f(factory=dict, doc="identify.estimation.processing.ProcessingSettings fields")
     identification: IdentificationSpec = _f(factory=IdentificationSpec)
     outputs: OutputSpec = _f(factory=OutputSpec)
     sweep: SweepSpec = _f(factory=SweepSpec)
@@ -272,7 +272,7 @@ class Scenario:
 
     # -- conveniences ---------------------------------------------------------------------------
     def backend_settings(self) -> dict:
-        """The `settings` dict for identify.backend.load_backend(self.backend, ...)."""
+        """The `settings` dict for identify.backend.interface.load_backend(self.backend, ...)."""
         if self.backend == "twin":
             return dict(self.twin)
         return self.hardware.to_settings()
@@ -579,7 +579,7 @@ def _check_arm_joints(scn: Scenario, ctx: _Ctx) -> None:
     """Every name in arm.joints is a moving joint of the URDF (error at the entry's line)."""
     if scn.arm.joints is None:
         return
-    from .urdf import URDFError, load_chain
+    from identify.model.urdf import URDFError, load_chain
     try:
         urdf_joints = list(load_chain(scn.arm.urdf).joint_names)
     except (URDFError, OSError) as exc:
@@ -600,14 +600,14 @@ def _check_drive_overrides(scn: Scenario, ctx: _Ctx) -> None:
     base = ("twin", "drive_overrides")
     if scn.arm.drives is None:
         raise ctx.error(base, "drive overrides need arm.drives (the file they override)")
-    from .drives import DriveFileError, OverrideError, check_overrides, read_drive_file
+    from identify.model.drives import DriveFileError, OverrideError, check_overrides, read_drive_file
     try:
         entries = read_drive_file(scn.arm.drives)
     except (DriveFileError, OSError) as exc:
         raise ctx.error(("arm", "drives"), str(exc)) from None
     names = None
     try:
-        from .urdf import load_chain
+        from identify.model.urdf import load_chain
         names = list(load_chain(scn.arm.urdf).joint_names)
     except Exception:  # noqa: BLE001 -- a bad URDF is reported elsewhere
         pass
@@ -720,10 +720,10 @@ def _delegate_processing(scn: Scenario, ctx: _Ctx) -> None:
     if not scn.processing:
         return
     try:
-        mod = importlib.import_module("identify.processing")
+        mod = importlib.import_module("identify.estimation.processing")
         cls = mod.ProcessingSettings
     except (ImportError, AttributeError):
-        raise ctx.error(("processing",), "identify.processing is not available yet; "
+        raise ctx.error(("processing",), "identify.estimation.processing is not available yet; "
                                          "remove the processing section") from None
     _check_keys_types(cls, scn.processing, ("processing",), ctx)
     try:

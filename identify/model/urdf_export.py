@@ -9,7 +9,7 @@ projection equals the identified base parameters exactly::
 
 With ``identification.physical_consistency: true`` the physically consistent fit already returns
 full parameters (every link's pseudo-inertia PSD); those are used instead and the file says so.
-Kinematics and limits are copied from the model; :func:`identify.urdf.write_urdf` writes the file.
+Kinematics and limits are copied from the model; :func:`identify.model.urdf.write_urdf` writes the file.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .jsonutil import to_jsonable
+from identify.common.jsonutil import to_jsonable
 
 FORMAT_VERSION = 1
 

@@ -1,7 +1,7 @@
 """Noise-sensitivity sweeps: a grid of sensor-noise levels x Monte Carlo seeds on the twin.
 
-    from identify.scenario import load_scenario
-    from identify.sweep import run_sweep
+    from identify.app.scenario import load_scenario
+    from identify.app.sweep import run_sweep
     res = run_sweep(load_scenario("scenarios/noise_sweep.yaml"), out="runs/sweep1")
     res.folder, res.summary
 
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from . import progress
+from identify.common import progress
 from .scenario import NOISE_ALIASES, Scenario
 
 __all__ = ["NOISE_SETTINGS", "SweepTask", "SweepResult", "grid", "run_task", "run_sweep",

@@ -2,7 +2,7 @@
 
 It is the single source of truth for the reference arm; its URDF is generated from it:
 
-    python -m identify.arm assets/cobot6.yaml            # writes assets/cobot6.urdf
+    python -m identify.model.arm assets/cobot6.yaml            # writes assets/cobot6.urdf
 
 Degrees and millimetres exist only in the file; :func:`load_description` converts them once.
 """
@@ -20,7 +20,7 @@ import yaml
 from .spatial import params_from_inertial, rot_x, rot_z, transform
 from .urdf import Chain, write_urdf
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"   # the repository's assets/
 REFERENCE_DESCRIPTION = ASSETS / "cobot6.yaml"
 REFERENCE_URDF = ASSETS / "cobot6.urdf"
 REFERENCE_DRIVES = ASSETS / "cobot6_drives.yaml"
@@ -100,7 +100,7 @@ class ArmDescription:
     def write_urdf(self, path: str | os.PathLike) -> Path:
         return write_urdf(self.to_chain(), path, base_params=self.base_params,
                           comment=f"GENERATED from {Path(self.source).name} by "
-                                  f"'python -m identify.arm'; do not edit by hand.")
+                                  f"'python -m identify.model.arm'; do not edit by hand.")
 
 
 def _get(d: dict, key: str, where: str):
@@ -163,7 +163,7 @@ def load_description(path: str | os.PathLike = REFERENCE_DESCRIPTION) -> ArmDesc
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m identify.arm",
+    ap = argparse.ArgumentParser(prog="python -m identify.model.arm",
                                  description="Generate the URDF of an arm from its description YAML.")
     ap.add_argument("description", nargs="?", default=str(REFERENCE_DESCRIPTION))
     ap.add_argument("-o", "--output", help="URDF path (default: the YAML's path with .urdf)")

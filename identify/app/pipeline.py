@@ -1,15 +1,15 @@
-"""The whole pipeline, driven by a :class:`~identify.scenario.Scenario`.
+"""The whole pipeline, driven by a :class:`~identify.app.scenario.Scenario`.
 
-    from identify.scenario import load_scenario
-    from identify.pipeline import run_scenario
+    from identify.app.scenario import load_scenario
+    from identify.app.pipeline import run_scenario
     res = run_scenario(load_scenario("scenarios/quickstart.yaml"), out="runs/demo")
     res.folder, res.metrics
 
-Stages (each a small function, reusable by :mod:`identify.sweep`):
+Stages (each a small function, reusable by :mod:`identify.app.sweep`):
 
 1. :func:`build_model` -- RobotModel from the scenario's URDF (+ acceleration limits);
 2. :func:`get_trajectory` -- optimize (cached) or load the excitation / validation trajectories;
-3. :func:`record` -- run them on the backend (``identify.backend.load_backend`` only; the
+3. :func:`record` -- run them on the backend (``identify.backend.interface.load_backend`` only; the
    pipeline never imports twin or robot);
 4. :func:`identify_recordings` -- processing, simplified / improved joint models, predictions, RMS
    per joint / model / trajectory, cond(W), parameter errors against the twin's truth;
@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .jsonutil import to_jsonable
-from . import progress
+from identify.common.jsonutil import to_jsonable
+from identify.common import progress
 from .scenario import Scenario, TrajectorySpec
 
 __all__ = ["SafetyRefusal", "RunResult", "Identification", "build_model", "make_problem",
@@ -67,11 +67,11 @@ class RunResult:
 
 def build_model(scn: Scenario):
     """RobotModel of the scenario's arm (acceleration limits and gravity from arm.description)."""
-    from .model import RobotModel
+    from identify.model.robot_model import RobotModel
     joints = list(scn.arm.joints) if scn.arm.joints else None
     qdd_max, gravity = None, (0.0, 0.0, -9.81)
     if scn.arm.description is not None:
-        from .arm import load_description
+        from identify.model.arm import load_description
         desc = load_description(scn.arm.description)
         gravity = tuple(np.asarray(desc.gravity, float))
         by_name = dict(zip(desc.joint_names, np.asarray(desc.qdd_max, float)))
@@ -86,8 +86,8 @@ def cache_dir() -> Path:
 
 
 def make_problem(spec: TrajectorySpec, model, terms):
-    """identify.excitation.ExcitationProblem for a trajectory spec (SI conversion here)."""
-    from .excitation import ExcitationProblem
+    """identify.excitation.optimizer.ExcitationProblem for a trajectory spec (SI conversion here)."""
+    from identify.excitation.optimizer import ExcitationProblem
     start = None if spec.start_deg is None else tuple(math.radians(v) for v in spec.start_deg)
     if start is not None and len(start) != model.n:
         raise ValueError(f"start_deg has {len(start)} angles, the arm has {model.n} joints")
@@ -99,8 +99,8 @@ def make_problem(spec: TrajectorySpec, model, terms):
 
 def get_trajectory(spec: TrajectorySpec, model, terms, label: str) -> tuple[object, dict]:
     """The trajectory of `spec` (one period) and facts about it (cond(W_base), source, ...)."""
-    from .excitation import base_parameters, optimize_excitation, trajectory_cond
-    from .fourier import FourierTrajectory
+    from identify.excitation.optimizer import base_parameters, optimize_excitation, trajectory_cond
+    from identify.excitation.fourier import FourierTrajectory
     problem = make_problem(spec, model, terms)
     if spec.source == "file":
         tr = FourierTrajectory.load(spec.file).with_periods(1)
@@ -151,7 +151,7 @@ def record(scn: Scenario, trajs: dict, *, model=None, settings: dict | None = No
     """Run each trajectory on the scenario's backend; label -> Recording.
 
     `settings` overrides the backend settings (the sweep passes noise levels and seeds)."""
-    from .backend import load_backend
+    from identify.backend.interface import load_backend
     show = progress.enabled() if show is None else show
     settings = scn.backend_settings() if settings is None else settings
     backend = load_backend(scn.backend, backend_arm(scn, model), settings)
@@ -199,7 +199,7 @@ class Identification:
     parameters: dict                    # YAML-able tables (see parameters.yaml)
     urdf_params: dict | None = None     # inertial (10n,), viscous, coulomb, source
     warnings: list = field(default_factory=list)
-    validation: object | None = None    # identify.validation.ValidationResult
+    validation: object | None = None    # identify.validation.validate.ValidationResult
     truth_base: np.ndarray | None = None
 
 
@@ -315,9 +315,9 @@ def payload_in_model_frame(urdf, model, payload) -> np.ndarray:
     The twin fixes the payload to the child link of the URDF's last moving joint (the flange
     frame). When the model is a joint subset that leaves out the last joints, they are locked at
     zero and the payload is carried by the model's last link: its 10-vector is moved through the
-    chain's placements (identify.spatial.combine_inertials)."""
-    from .spatial import combine_inertials, params_from_inertial
-    from .urdf import load_chain
+    chain's placements (identify.model.spatial.combine_inertials)."""
+    from identify.model.spatial import combine_inertials, params_from_inertial
+    from identify.model.urdf import load_chain
     Ixx, Iyy, Izz, Ixy, Ixz, Iyz = payload.inertia_kgm2
     I_c = np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]])
     p_flange = params_from_inertial(payload.mass_kg, np.asarray(payload.com_m, float), I_c)
@@ -334,7 +334,7 @@ def payload_in_model_frame(urdf, model, payload) -> np.ndarray:
 
 def true_link_parameters(scn: Scenario, model, settings: dict | None = None) -> dict | None:
     """Ground truth the twin knows (twin runs only), from the drive file through the one loader
-    (identify.drives, with the twin's drive overrides) and the twin's resolved `settings`
+    (identify.model.drives, with the twin's drive overrides) and the twin's resolved `settings`
     (:func:`twin_settings`): the link-side rigid body (URDF inertia + payload moved into the model's
     last link frame), link friction (stage 1) and the drive coefficients (stage 2).
 
@@ -347,7 +347,7 @@ def true_link_parameters(scn: Scenario, model, settings: dict | None = None) -> 
     s = twin_settings(scn) if settings is None else dict(settings)
     if s is None:
         return None
-    from .drives import load_drives
+    from identify.model.drives import load_drives
     drv = load_drives(scn.arm.drives, list(model.joint_names), s.get("drive_overrides") or {},
                       where="twin.drive_overrides")
     p = model.inertial_parameters()
@@ -393,7 +393,7 @@ def perturbed_inertials(p, rel: float, seed: int) -> np.ndarray:
     independent factors 1 + U(-rel, rel) (seeded), CoM kept. Uniform positive scaling keeps every
     link physically consistent (positive mass, positive-definite inertia, triangle inequalities).
     p: (10n,) standard parameters -> (10n,)."""
-    from .spatial import inertial_from_params, params_from_inertial
+    from identify.model.spatial import inertial_from_params, params_from_inertial
     p = np.asarray(p, float)
     if not 0 <= rel < 1:
         raise ValueError(f"prior_error must be within [0, 1), got {rel}")
@@ -443,8 +443,8 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     each trajectory; the improved-vs-simplified reduction (paper's sign convention: negative =
     better); cond of the measured base regressor; stage-2 coefficients; parameter errors against
     the twin's truth when known."""
-    from .base_params import compute_base_parameters
-    from .processing import ProcessingSettings, process
+    from identify.model.base_params import compute_base_parameters
+    from identify.estimation.processing import ProcessingSettings, process
     ident = scn.identification
     terms = tuple(ident.friction_terms)
     if base is None:
@@ -461,7 +461,7 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     d_exc = processed["excitation"]
     want_s = ident.joint_model in ("simplified", "both")
     want_i = ident.joint_model in ("improved", "both")
-    from .joint_models import ImprovedModel, SimplifiedModel, design_from
+    from identify.estimation.joint_models import ImprovedModel, SimplifiedModel, design_from
     # the models' own design (parallel-filtered Coulomb column), computed once per trajectory
     W = {label: design_from(model, base, d, terms=terms)[0] for label, d in processed.items()}
     sm = im = None
@@ -484,7 +484,7 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
                 if best != "linear":
                     im = ImprovedModel(model, base, ident.estimator, friction_term=best,
                                        terms=terms).fit(d_exc, W["excitation"])
-    from .validation import true_base_parameters, validate
+    from identify.validation.validate import true_base_parameters, validate
     truth_base, truth_note = None, None
     truth = None
     if want_truth:
@@ -582,7 +582,7 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
         if "truth" in stage2:
             # stage-2 coefficients against the twin's drive truth; coefficients without a std
             # (xi not identified, noise-dominated column) are skipped, with the reason
-            from .validation import stage2_errors
+            from identify.validation.validate import stage2_errors
             try:
                 pe2 = stage2_errors(s2, truth["stage2"])
             except ValueError as exc:
@@ -597,8 +597,8 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     src = im if im is not None else sm
     y_label = "tau_j" if im is not None else "tau_m"
     if ident.physical_consistency and src is not None:
-        from .consistency import ConsistentFit
-        from .friction import full_regressor
+        from identify.estimation.consistency import ConsistentFit
+        from identify.model.friction import full_regressor
         with progress.step("physically consistent fit", timings):
             Wf = full_regressor(model, d_exc.q, d_exc.qd, d_exc.qdd, terms)
             prior = None if prior_inertial is None else \
@@ -612,7 +612,7 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
         full, how = np.asarray(cf.params_, float), \
             f"physically consistent fit, prior {prior_info['kind']}"
     elif src is not None:
-        from .urdf_export import full_from_base
+        from identify.model.urdf_export import full_from_base
         prior = np.concatenate([np.zeros(10 * model.n) if prior_inertial is None else prior_inertial,
                                 np.zeros(len(terms) * model.n)])
         p_base = np.asarray(src.params_ if src is sm else im.params_, float)
@@ -695,7 +695,7 @@ def _write_json(path: Path, data) -> None:
 
 
 def _plain(o):
-    """Plain JSON/YAML data (non-finite floats -> null); see identify.jsonutil."""
+    """Plain JSON/YAML data (non-finite floats -> null); see identify.common.jsonutil."""
     return to_jsonable(o)
 
 
@@ -721,19 +721,19 @@ def _limits_dict(model, info: dict) -> dict:
 
 
 def _plots(folder: Path, ident: Identification, trajs: dict | None, messages: list) -> None:
-    """Trajectory plots (identify.trajectory_plots) and identification plots (identify.ident_plots);
+    """Trajectory plots (identify.excitation.plots) and identification plots (identify.validation.plots);
     a failing plot is reported in metrics['messages'] and never loses a finished run."""
     pdir = folder / "plots"
     pdir.mkdir(exist_ok=True)
     if trajs:
         try:
-            from . import trajectory_plots as tp
+            from identify.excitation import plots as tp
         except ImportError:
             tp = None
-            messages.append("trajectory plots: identify.trajectory_plots is not available yet")
+            messages.append("trajectory plots: identify.excitation.plots is not available yet")
         fn = getattr(tp, "plot_trajectory", None) if tp is not None else None
         if tp is not None and fn is None:
-            messages.append("trajectory plots: identify.trajectory_plots.plot_trajectory missing")
+            messages.append("trajectory plots: identify.excitation.plots.plot_trajectory missing")
         for label, (tr, info) in (trajs.items() if fn is not None else ()):
             try:
                 fn(tr, _limits_dict(ident.model, info), pdir / f"trajectory_{label}.png",
@@ -741,9 +741,9 @@ def _plots(folder: Path, ident: Identification, trajs: dict | None, messages: li
             except Exception as exc:  # noqa: BLE001
                 messages.append(f"trajectory plot ({label}) failed: {exc}")
     try:
-        from . import ident_plots as ip
+        from identify.validation import plots as ip
     except ImportError:
-        messages.append("identification plots: identify.ident_plots is not available yet")
+        messages.append("identification plots: identify.validation.plots is not available yet")
         return
     jobs = []
     vres = ident.validation
@@ -794,7 +794,7 @@ def write_run(folder: Path, scn: Scenario, ident: Identification, *, trajs: dict
     _write_yaml(folder / "parameters.yaml", ident.parameters)
     urdf_file = None
     if out.urdf and ident.urdf_params is not None:
-        from .urdf_export import export_urdf
+        from identify.model.urdf_export import export_urdf
         up = ident.urdf_params
         try:
             urdf_file = export_urdf(ident.model, folder / "identified.urdf", up["inertial"],
@@ -851,10 +851,10 @@ def _finish(folder: Path, scn: Scenario, metrics: dict, timings: dict, t0: float
 # ------------------------------------------------------------------------------------------------
 
 def preflight(scn: Scenario, model=None, settings: dict | None = None) -> bool:
-    """The backend's early refusal (identify.backend.preflight), before trajectories are
+    """The backend's early refusal (identify.backend.interface.preflight), before trajectories are
     optimized: a refusal (the backend's SafetyRefused, or any error marked safety_refusal) becomes
     :class:`SafetyRefusal`; other errors propagate. True when the backend has a preflight."""
-    from .backend import preflight as backend_preflight
+    from identify.backend.interface import preflight as backend_preflight
     settings = scn.backend_settings() if settings is None else settings
     try:
         return backend_preflight(scn.backend, backend_arm(scn, model), settings)
@@ -935,7 +935,7 @@ def trajectories_only(scn: Scenario, out=None) -> Path:
         tr.save(folder / f"{label}.yaml")
         info[label] = {k: v for k, v in inf.items() if k != "label"}
         try:
-            from .trajectory_plots import plot_trajectory
+            from identify.excitation.plots import plot_trajectory
         except ImportError:
             continue
         plot_trajectory(tr, _limits_dict(model, inf), folder / f"{label}.png",

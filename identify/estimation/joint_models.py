@@ -1,11 +1,11 @@
 """The paper's two joint models: *simplified* (Coulomb-viscous) and *improved* (harmonic drive).
 
-    from identify.joint_models import SimplifiedModel, ImprovedModel
+    from identify.estimation.joint_models import SimplifiedModel, ImprovedModel
     sm = SimplifiedModel(model, base).fit(d)            # tau'_m = W_b p_b + f_c sign(qd) + f_v qd
     im = ImprovedModel(model, base, friction_term="linear").fit(d)
     tau_m_hat = im.predict(d_val, route="closed_form")  # or route="eq24", simplified=sm
 
-`d` is any object with the attributes of :class:`identify.processing.Processed`: ``t`` (N,) [s] and
+`d` is any object with the attributes of :class:`identify.estimation.processing.Processed`: ``t`` (N,) [s] and
 ``q, qd, qdd`` (N, n) [rad, rad/s, rad/s^2], ``tau_j`` (N, n) joint-torque-sensor reading tau_r
 [N*m], ``tau_m`` (N, n) motor torque reflected to the link, eta*beta*i [N*m].
 
@@ -144,7 +144,7 @@ def design_matrix(model, base, q, qd, qdd, *, terms=("viscous", "coulomb"),
     Returns:
         W (N, n, p) and the p column names.
     """
-    from .friction import column_names, joint_columns
+    from identify.model.friction import column_names, joint_columns
     n = model.n
     terms = tuple(terms)
     J = joint_columns(qd, qdd, terms=terms, coulomb_eps=coulomb_eps)
@@ -304,7 +304,7 @@ class SimplifiedModel:
 
 
 def design_matrix_names(model, base, terms) -> list[str]:
-    from .friction import column_names
+    from identify.model.friction import column_names
     if _base_terms(base, model.n, tuple(terms)):
         return list(base.names)
     return list(base.names) + (column_names(model.n, terms) if terms else [])

@@ -1,6 +1,6 @@
 """Paper Fig. 8 style plots of a joint trajectory with its limits (PNG, matplotlib Agg backend).
 
-    from identify.trajectory_plots import plot_trajectory
+    from identify.excitation.plots import plot_trajectory
     plot_trajectory(traj, limits, "excitation.png")
 
 One row per joint, columns position [deg], velocity [deg/s], acceleration [deg/s^2] (degrees only
@@ -22,7 +22,7 @@ def plot_trajectory(traj, limits: dict | None, path: str | os.PathLike, *, title
     Args:
         traj: anything with ``evaluate(t)`` and ``duration`` (and ``period`` if periodic).
         limits: dict with (n,) arrays q_min, q_max, qd_max, qdd_max [SI] (any may be missing or
-            infinite), e.g. :attr:`identify.excitation.ExcitationResult.limits_used`; None: no lines.
+            infinite), e.g. :attr:`identify.excitation.optimizer.ExcitationResult.limits_used`; None: no lines.
         path: output PNG file.
         title: figure title.
         n_samples: samples drawn per period.

@@ -183,7 +183,7 @@ class RobotModel:
         return P[0] if single else P
 
     def to_chain(self, *, damping=None, friction=None) -> Chain:
-        """The model as a :class:`~identify.urdf.Chain` (for URDF export)."""
+        """The model as a :class:`~identify.model.urdf.Chain` (for URDF export)."""
         n = self.n
         return Chain(name=self.name, joint_names=list(self.joint_names),
                   link_names=list(self.link_names), base_link="base_link",

@@ -1,7 +1,7 @@
 """Validation of identified joint models: motor-torque RMS, relative improvement, torque
 decomposition and (on twin data) base-parameter errors against the ground truth.
 
-    from identify.validation import validate
+    from identify.validation.validate import validate
     res = validate(sm, im, {"excitation": d_exc, "validation": d_val})
     print(res.table())
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .joint_models import ImprovedModel, SimplifiedModel, _same_columns, _states, column_kinds
+from identify.estimation.joint_models import ImprovedModel, SimplifiedModel, _same_columns, _states, column_kinds
 
 COMPONENTS = ("gravity", "inertial", "coriolis", "friction")
 MODEL_LABELS = {"simplified": "simplified", "improved_eq24": "improved, eq. (24)",
@@ -92,13 +92,13 @@ def decompose(model, fitted, d, regs: dict | None = None,
     Args: regs: :func:`rigid_regressors` of `d` (shared between models); W: the models'
         design_matrix of `d` (saves one regressor evaluation).
     """
-    from .friction import joint_columns
+    from identify.model.friction import joint_columns
     q, qd, qdd = _states(d, model.n)
     if regs is None:
         regs = rigid_regressors(model, q, qd, qdd)
     n = model.n
     pr, pf = split_parameters(model, fitted.base, fitted.terms, fitted.params_)
-    from .joint_models import coulomb_column
+    from identify.estimation.joint_models import coulomb_column
     joint_parts = {}                                   # per joint term: viscous, coulomb, ...
     for k, term in enumerate(fitted.terms):
         col = coulomb_column(d, n, fitted.coulomb_eps) if term == "coulomb" else None

@@ -1,7 +1,7 @@
 """The small interface every backend (the PyBullet twin, the EtherCAT arm) implements.
 
 The pipeline only ever talks to a :class:`Backend`: give it a trajectory, get a
-:class:`~identify.recording.Recording` back. Backends live in the `twin` and `robot` packages;
+:class:`~identify.backend.recording.Recording` back. Backends live in the `twin` and `robot` packages;
 `identify` never imports them -- the scenario layer looks them up by name through
 :func:`load_backend`.
 """

@@ -1,4 +1,4 @@
-"""Turn a :class:`~identify.recording.Recording` into the arrays the estimators need.
+"""Turn a :class:`~identify.backend.recording.Recording` into the arrays the estimators need.
 
 ``process(recording, settings)`` runs, in this order (each step optional, see
 :class:`ProcessingSettings` -- the ONE place where the defaults are documented):
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import signal as sig
-from .recording import Recording
+from identify.backend.recording import Recording
 
 _VELOCITY_SOURCES = ("encoder", "command")
 
@@ -297,7 +297,7 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
         recording: the measured run (twin or hardware; `truth` is never read).
         settings: :class:`ProcessingSettings` (None -> defaults).
         trajectory: optional object with ``evaluate(t) -> (q, qd, qdd)`` each (N, n)
-            (the commanded :class:`~identify.backend.Trajectory`), used when
+            (the commanded :class:`~identify.backend.interface.Trajectory`), used when
             ``settings.velocity == "command"`` for analytic derivatives. Evaluated at the
             recording's time stamps.
     Returns:

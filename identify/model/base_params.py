@@ -105,7 +105,7 @@ def random_states(model, n_samples: int, rng: np.random.Generator):
 
 def compute_base_parameters(model, terms=(), n_samples: int | None = None, seed: int = 0,
                             rank_tol: float = 1e-8, coulomb_eps: float = 0.0) -> BaseParameters:
-    """Base parameters of `model` with extra joint `terms` (see identify.friction).
+    """Base parameters of `model` with extra joint `terms` (see identify.model.friction).
 
     Args:
         model: RobotModel.
@@ -161,13 +161,13 @@ def compute_base_parameters(model, terms=(), n_samples: int | None = None, seed:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m identify.base_params [URDF] [--terms viscous coulomb ...]`: print the table."""
+    """`python -m identify.model.base_params [URDF] [--terms viscous coulomb ...]`: print the table."""
     import argparse
 
     from .arm import REFERENCE_URDF
-    from .model import RobotModel
+    from .robot_model import RobotModel
 
-    ap = argparse.ArgumentParser(prog="python -m identify.base_params",
+    ap = argparse.ArgumentParser(prog="python -m identify.model.base_params",
                                  description="Print the base parameters of a serial arm.")
     ap.add_argument("urdf", nargs="?", default=None, help="URDF (default: the reference arm)")
     ap.add_argument("--joints", nargs="*", help="joint subset (others locked at zero)")

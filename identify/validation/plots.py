@@ -1,11 +1,11 @@
 """Identification plots (matplotlib, Agg backend; each function writes a file, returns its path).
 
-    from identify.ident_plots import plot_torque_comparison, plot_residuals, plot_parameters
+    from identify.validation.plots import plot_torque_comparison, plot_residuals, plot_parameters
     plot_torque_comparison(res, "validation", "out/fig11.png")     # paper Fig. 9 / Fig. 11 style
     plot_residuals(res, "validation", "out/residuals.png")
     plot_parameters(names, values, std, "out/params.png", truth=truth)
 
-`res` is a :class:`identify.validation.ValidationResult`. Torques in N*m, time in s.
+`res` is a :class:`identify.validation.validate.ValidationResult`. Torques in N*m, time in s.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .validation import MODEL_LABELS  # noqa: E402
+from .validate import MODEL_LABELS  # noqa: E402
 
 _STYLE = {"simplified": dict(color="tab:blue", lw=1.0, ls="--"),
           "improved_eq24": dict(color="tab:orange", lw=1.0, ls="-."),

@@ -1,19 +1,19 @@
 """Optimized excitation trajectories (CasADi + IPOPT) and validation trajectories.
 
     from identify import RobotModel
-    from identify.excitation import ExcitationProblem, optimize_excitation, validation_trajectory
+    from identify.excitation.optimizer import ExcitationProblem, optimize_excitation, validation_trajectory
     m = RobotModel.reference()
     res = optimize_excitation(m, ExcitationProblem(), seed=0, n_starts=2, cache_dir=".cache/excitation")
     res.trajectory, res.cond, res.solver_time_s, res.limits_used
-    python -m identify.excitation --out traj/ --harmonics 5 --starts 2      # command line
+    python -m identify.excitation.optimizer --out traj/ --harmonics 5 --starts 2      # command line
 
 Decision variables (per joint i): the coefficients a_ik, b_ik of harmonics k = 2..H of the Fourier
-series of :mod:`identify.fourier`, plus the start pose q0_i of joints whose start is left free.
+series of :mod:`identify.excitation.fourier`, plus the start pose q0_i of joints whose start is left free.
 Harmonic 1 is eliminated so that the trajectory starts and ends at rest *exactly*
 (a_i1 = -sum_k a_ik, b_i1 = -sum_k k b_ik); the start pose is exact because q(0) = q0 by
 construction. q, qd, qdd on the grid are therefore *linear* in the variables.
 
-Objective. W is the base regressor (identify.base_params selection of the rigid-body columns plus
+Objective. W is the base regressor (identify.model.base_params selection of the rigid-body columns plus
 the friction columns, SI units) stacked over a uniform grid of one period, M = W^T W / tr(W^T W).
 We minimise, with r = ``objective_power`` (default 4),
 
@@ -28,7 +28,7 @@ whenever the largest or smallest singular value changes hands, J is differentiab
 IPOPT's quasi-Newton (L-BFGS) Hessian. With the L-BFGS Hessian (the default) J and its gradient
 are not evaluated through CasADi's MX virtual machine but by :class:`_FastObjective`: W_b^T per
 sample and its vector-Jacobian product run as generated C (compiled once and cached on disk by
-identify.regressor.compile_function), M = W^T W, its eigen-decomposition and the closed-form dJ/dM
+identify.model.regressor.compile_function), M = W^T W, its eigen-decomposition and the closed-form dJ/dM
 in numpy, the chain to the coefficients through the constant Fourier bases (reference arm, 200
 samples: J + gradient ~4 ms instead of ~38 ms through the MX graph; tested against the graph's
 derivative and finite differences).
@@ -104,14 +104,14 @@ class ExcitationProblem:
         start_pose: (n,) start/end pose [rad]; an entry None leaves that joint's start pose free
             (optimized within the limits). None: the paper's upright pose (:func:`upright_pose`).
         n_grid: samples per period for the objective and the constraints (N).
-        terms: friction columns appended to the regressor (identify.friction term names).
+        terms: friction columns appended to the regressor (identify.model.friction term names).
         coulomb_eps: smoothing velocity of the Coulomb sign inside the optimizer [rad/s].
         limit_scale: fraction of the arm's limits used: one number, or (q, qd, qdd). Velocity and
             acceleration limits are multiplied by it; the position range shrinks about its centre.
         z_min: table plane [m]: every link-frame origin stays at z >= z_min (None: no constraint).
         min_rms_velocity: per-joint lower bound on the RMS velocity over a period [rad/s]
             (one number or (n,); None: no bound).
-        base_seed: seed of identify.base_params.compute_base_parameters (column selection).
+        base_seed: seed of identify.model.base_params.compute_base_parameters (column selection).
         max_iter: IPOPT iterations per start.
         tol: IPOPT relative tolerance.
         obj_change_tol: stop early when J changes by less than this (relative) for 10 iterations
@@ -180,7 +180,7 @@ class ExcitationResult:
     """Outcome of :func:`optimize_excitation`.
 
     Attributes:
-        trajectory: the best :class:`~identify.fourier.FourierTrajectory` (one period).
+        trajectory: the best :class:`~identify.excitation.fourier.FourierTrajectory` (one period).
         cond: cond(W_base) with the exact Coulomb sign on the check grid (10x the optimization
             grid) -- the figure to report.
         cond_grid: the same on the optimization grid.
@@ -354,14 +354,14 @@ def check_problem(model, problem: ExcitationProblem) -> None:
 # regressor pieces
 # ------------------------------------------------------------------------------------------------
 def base_parameters(model, problem: ExcitationProblem):
-    """The identify.base_params selection used by `problem` (friction terms included)."""
-    from .base_params import compute_base_parameters
+    """The identify.model.base_params selection used by `problem` (friction terms included)."""
+    from identify.model.base_params import compute_base_parameters
     return compute_base_parameters(model, terms=tuple(problem.terms), seed=problem.base_seed)
 
 
 def base_regressor_function(model, bp, terms, coulomb_eps: float) -> ca.Function:
     """SX Function (q, qd, qdd) -> W_b^T (p x n) with a smooth Coulomb sign (for the optimizer)."""
-    from .friction import joint_columns_sx
+    from identify.model.friction import joint_columns_sx
     n = model.n
     q, qd, qdd = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
     Y = model.regressor_function()(q, qd, qdd)
@@ -374,7 +374,7 @@ def base_regressor_function(model, bp, terms, coulomb_eps: float) -> ca.Function
 
 def base_regressor(model, bp, terms, q, qd, qdd, coulomb_eps: float = 0.0) -> np.ndarray:
     """Numerical stacked base regressor W_b (N*n, p), exact Coulomb sign by default (SI)."""
-    from .friction import full_regressor
+    from identify.model.friction import full_regressor
     Y = full_regressor(model, q, qd, qdd, tuple(terms), coulomb_eps)
     return bp.reduce(Y).reshape(-1, len(bp.independent))
 
@@ -607,7 +607,7 @@ def _power_objective(M, p: int, r: int):
 class _FastObjective:
     """J (module docstring) and its exact gradient w.r.t. the NLP variables, evaluated without
     CasADi's MX virtual machine: W_b^T per sample and its vector-Jacobian product come from
-    generated C (identify.regressor.BatchEvaluator, cached on disk), M = W^T W, its eigenvalues and
+    generated C (identify.model.regressor.BatchEvaluator, cached on disk), M = W^T W, its eigenvalues and
     dJ/dM from numpy, the chain to the Fourier coefficients through the constant bases P, V, A.
 
     With lambda_k, u_k the eigenpairs of M, l_k = log(lambda_k / tr M) and w(+-r) = softmax(+-r l):
@@ -616,7 +616,7 @@ class _FastObjective:
     """
 
     def __init__(self, model, problem: ExcitationProblem, bp, free, q_start, P, V, A):
-        from .regressor import BatchEvaluator
+        from identify.model.regressor import BatchEvaluator
         n, p = model.n, len(bp.independent)
         fb = base_regressor_function(model, bp, problem.terms, problem.coulomb_eps)
         q, qd, qdd = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
@@ -996,7 +996,7 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
                         bp=None) -> ExcitationResult:
     """Optimize a Fourier excitation trajectory for cond(W_base) (see module docstring).
 
-    Runs with one OpenBLAS thread (identify.estimators.single_thread_blas): the per-iteration
+    Runs with one OpenBLAS thread (identify.estimation.estimators.single_thread_blas): the per-iteration
     products are small (48 x 1200 Gram matrix, 48 x 48 eigen-decomposition), and BLAS threads on
     the busy 2-core machine made the optimizer 2-3x slower (CPU time above wall time).
 
@@ -1013,7 +1013,7 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
     Raises: :class:`ExcitationInfeasible` naming the constraint when no start finds a feasible
         trajectory or a necessary condition fails; ValueError for malformed settings.
     """
-    from .estimators import single_thread_blas
+    from identify.estimation.estimators import single_thread_blas
     with single_thread_blas():
         return _optimize_excitation(model, problem, seed=seed, n_starts=n_starts,
                                     cache_dir=cache_dir, progress=progress, bp=bp)
@@ -1119,7 +1119,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         entry.update(feasible=bool(ok), cond=float(cond))
         starts.append(entry)
         if progress:
-            from .progress import message
+            from identify.common.progress import message
             message(f"excitation start {s + 1}/{n_starts}: {entry['status']}, "
                     f"{entry['iterations']} it" +
                     (f" + polish {entry['polish_iterations']} it" if "polish_iterations" in entry
@@ -1213,7 +1213,7 @@ def validation_trajectory(model, problem: ExcitationProblem | None = None, *, se
 def load_model(urdf=None, joints=None):
     """The reference arm (limits incl. acceleration from its YAML) or a URDF, optionally with only
     `joints` moving. Unknown joint names raise ValueError naming them."""
-    from .model import RobotModel, reference_paths
+    from identify.model.robot_model import RobotModel, reference_paths
     if urdf is None:
         ref = RobotModel.reference()
         if joints is None:
@@ -1238,8 +1238,8 @@ def _parse_pose(text: str | None, n_hint: int | None = None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m identify.excitation``: optimize, save and plot excitation/validation trajectories."""
-    ap = argparse.ArgumentParser(prog="python -m identify.excitation",
+    """``python -m identify.excitation.optimizer``: optimize, save and plot excitation/validation trajectories."""
+    ap = argparse.ArgumentParser(prog="python -m identify.excitation.optimizer",
                                  description="Optimize a Fourier excitation trajectory for cond(W_base).")
     ap.add_argument("--urdf", help="arm URDF (default: the reference arm with its YAML limits)")
     ap.add_argument("--joints", help="comma-separated joints to move (others locked at 0)")
@@ -1286,7 +1286,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: {res.summary()}")
             print(f"  wrote {y} and {z}")
             if not args.no_plot:
-                from .trajectory_plots import plot_trajectory
+                from .plots import plot_trajectory
                 png = plot_trajectory(res.trajectory, res.limits_used, out / f"{label}.png",
                                       title=f"{label} trajectory, cond(W_base) = {res.cond:.1f}")
                 print(f"  wrote {png}")

@@ -1,0 +1,6 @@
+"""Small helpers every stage uses, below all of them: JSON/YAML conversion of numpy data
+(:mod:`.jsonutil`), atomic file writes (:mod:`.fileio`), progress bars and console messages
+(:mod:`.progress`), and the error types the CLI maps to exit codes (:mod:`.errors`).
+
+May import: the standard library, numpy, yaml, tqdm. Must not import any other ``identify``
+package, ``twin`` or ``robot``."""
