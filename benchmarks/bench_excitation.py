@@ -33,10 +33,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from identify.excitation.optimizer import (CondEvaluator, ExcitationProblem, _enforce_dense,  # noqa: E402
-                                 _initial_guess, _to_trajectory, _to_x, base_parameters,
-                                 check_trajectory, free_basis, load_model, optimize_excitation,
-                                 random_feasible_trajectory, resolve_start, scaled_limits)
+from identify.excitation.conditioning import CondEvaluator, base_parameters, check_trajectory
+from identify.excitation.problem import ExcitationProblem, resolve_start, scaled_limits
+from identify.excitation.optimizer import _enforce_dense, _initial_guess, optimize_excitation
+from identify.excitation.parametrization import _to_trajectory, _to_x, free_basis, random_feasible_trajectory
+from identify.excitation.__main__ import load_model
 
 
 def linear_constraints(model, problem, lim):

@@ -5,10 +5,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from identify.excitation.optimizer import (CondEvaluator, ExcitationInfeasible, ExcitationProblem,
-                                 base_parameters, check_trajectory, free_basis, load_model, main,
-                                 optimize_excitation, random_feasible_trajectory, random_trajectory,
-                                 limit_ratios, scaled_limits, trajectory_cond, validation_trajectory)
+from identify.excitation.conditioning import CondEvaluator, base_parameters, check_trajectory, limit_ratios, trajectory_cond
+from identify.excitation.problem import ExcitationInfeasible, ExcitationProblem, scaled_limits
+from identify.excitation.parametrization import free_basis, random_feasible_trajectory, random_trajectory
+from identify.excitation.__main__ import load_model, main
+from identify.excitation.optimizer import optimize_excitation, validation_trajectory
 from identify.excitation.fourier import FourierTrajectory
 
 
@@ -192,7 +193,10 @@ def test_command_line(tmp_path, capsys):
 def test_objective_matches_numpy_and_brackets_cond(model, problem, r):
     """J from the CasADi graph == the same formula in numpy on the smooth-sign regressor, and
     cond(W)^2 <= exp(J) <= p^(2/r) cond(W)^2."""
-    from identify.excitation.optimizer import _build_nlp, _to_x, base_regressor, resolve_start
+    from identify.excitation.objective import _build_nlp
+    from identify.excitation.parametrization import _to_x
+    from identify.excitation.conditioning import base_regressor
+    from identify.excitation.problem import resolve_start
     pr = replace(problem, objective_power=r)
     bp = base_parameters(model, pr)
     nlp = _build_nlp(model, pr, bp)
@@ -214,7 +218,9 @@ def test_fast_objective_gradient_matches_casadi_graph_and_finite_differences(mod
     _FastObjective) equals the CasADi graph of J (built for hessian='exact'); its gradient
     equals the graph's algorithmic derivative and central finite differences."""
     import casadi as ca
-    from identify.excitation.optimizer import _build_nlp, _to_x, resolve_start
+    from identify.excitation.objective import _build_nlp
+    from identify.excitation.parametrization import _to_x
+    from identify.excitation.problem import resolve_start
     pr = replace(problem, objective_power=16, start_pose=(None, 0.0))   # a free start joint too
     bp = base_parameters(model, pr)
     fast = _build_nlp(model, pr, bp)
@@ -240,7 +246,10 @@ def test_fast_objective_gradient_matches_casadi_graph_and_finite_differences(mod
 def test_screened_solve_satisfies_every_row_of_the_full_grid(model, problem):
     """IPOPT sees only a subset of the limit rows (_screened_solve); the answer must still hold
     on every row of the full grid, and a coarse first-stage grid is tightened by Ehlich-Zeller."""
-    from identify.excitation.optimizer import _build_nlp, _initial_guess, _screened_solve, _to_x, resolve_start
+    from identify.excitation.objective import _build_nlp
+    from identify.excitation.optimizer import _initial_guess, _screened_solve
+    from identify.excitation.parametrization import _to_x
+    from identify.excitation.problem import resolve_start
     pr = replace(problem, screen_stride=4, screen_threshold=0.6, polish_power=None,
                  screen_min_rows=0)
     bp = base_parameters(model, pr)

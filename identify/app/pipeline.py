@@ -87,7 +87,7 @@ def cache_dir() -> Path:
 
 def make_problem(spec: TrajectorySpec, model, terms):
     """identify.excitation.optimizer.ExcitationProblem for a trajectory spec (SI conversion here)."""
-    from identify.excitation.optimizer import ExcitationProblem
+    from identify.excitation.problem import ExcitationProblem
     start = None if spec.start_deg is None else tuple(math.radians(v) for v in spec.start_deg)
     if start is not None and len(start) != model.n:
         raise ValueError(f"start_deg has {len(start)} angles, the arm has {model.n} joints")
@@ -99,7 +99,8 @@ def make_problem(spec: TrajectorySpec, model, terms):
 
 def get_trajectory(spec: TrajectorySpec, model, terms, label: str) -> tuple[object, dict]:
     """The trajectory of `spec` (one period) and facts about it (cond(W_base), source, ...)."""
-    from identify.excitation.optimizer import base_parameters, optimize_excitation, trajectory_cond
+    from identify.excitation.conditioning import base_parameters, trajectory_cond
+    from identify.excitation.optimizer import optimize_excitation
     from identify.excitation.fourier import FourierTrajectory
     problem = make_problem(spec, model, terms)
     if spec.source == "file":

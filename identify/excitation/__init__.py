@@ -7,7 +7,8 @@ validation, app, ``twin`` or ``robot``. ``from identify.excitation import Excita
 optimize_excitation, validation_trajectory`` keeps working (re-export; it was a module before the
 stage layout)."""
 from .fourier import FourierTrajectory
-from .optimizer import ExcitationProblem, ExcitationResult, optimize_excitation, validation_trajectory
+from .problem import ExcitationProblem, ExcitationResult
+from .optimizer import optimize_excitation, validation_trajectory
 
 __all__ = ["FourierTrajectory", "ExcitationProblem", "ExcitationResult", "optimize_excitation",
            "validation_trajectory"]

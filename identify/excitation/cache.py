@@ -1,0 +1,64 @@
+"""On-disk cache of optimized trajectories, keyed by a hash of the model's fingerprint, the problem,
+the base-parameter selection, the seed and the number of starts."""
+from __future__ import annotations
+import hashlib
+import json
+from pathlib import Path
+import numpy as np
+from .fourier import FourierTrajectory, _atomic_write, _plain
+from .problem import CACHE_VERSION, ExcitationResult
+
+
+# ------------------------------------------------------------------------------------------------
+# caching
+# ------------------------------------------------------------------------------------------------
+def _model_fingerprint(model) -> dict:
+    """Numbers that pin down the model: parameters, limits, gravity and the kinematics (through
+    the regressor and link origins at fixed pseudo-random states)."""
+    rng = np.random.default_rng(12345)
+    n = model.n
+    q, qd, qdd = (rng.uniform(-2, 2, (3, n)) for _ in range(3))
+    Y = model.regressor(q, qd, qdd)
+    O = model.link_origins(q)
+    L = model.limits
+    h = hashlib.sha256()
+    for arr in (model.inertial_parameters(), np.asarray(model.gravity, float), Y, O,
+                L.q_min, L.q_max, L.qd_max, L.qdd_max):
+        h.update(np.ascontiguousarray(np.round(np.asarray(arr, float), 12)).tobytes())
+    return {"name": model.name, "joints": list(model.joint_names), "numbers": h.hexdigest()}
+
+
+def _problem_key(model, problem, bp, seed, n_starts) -> str:
+    d = {"version": CACHE_VERSION, "model": _model_fingerprint(model), "problem": problem.to_dict(),
+         "base_columns": [int(i) for i in np.asarray(bp.independent)], "seed": seed,
+         "n_starts": n_starts}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+def _save_cache(path: Path, res: ExcitationResult) -> None:
+    import yaml
+    d = {"trajectory": res.trajectory.to_dict(), "cond": res.cond, "cond_grid": res.cond_grid,
+         "objective": res.objective, "solver_time_s": res.solver_time_s,
+         "build_time_s": res.build_time_s, "limits_used": _plain(res.limits_used),
+         "max_ratio": _plain(res.max_ratio), "starts": _plain(res.starts), "n_base": res.n_base,
+         "base_names": list(res.base_names), "problem": res.problem.to_dict(), "seed": res.seed,
+         "n_starts": res.n_starts}
+    _atomic_write(path, yaml.safe_dump(_plain(d), sort_keys=False).encode())
+
+
+def _load_cache(path: Path, problem) -> ExcitationResult | None:
+    import yaml
+    try:
+        d = yaml.safe_load(path.read_text())
+        tr = FourierTrajectory.from_dict(d["trajectory"], where=str(path))
+        lim = {k: (np.asarray(v, float) if k != "z_min" else v) for k, v in d["limits_used"].items()}
+        return ExcitationResult(
+            trajectory=tr, cond=float(d["cond"]), cond_grid=float(d["cond_grid"]),
+            objective=float(d["objective"]), solver_time_s=float(d["solver_time_s"]),
+            build_time_s=float(d["build_time_s"]), limits_used=lim,
+            max_ratio={k: np.asarray(v, float) for k, v in d["max_ratio"].items()},
+            starts=list(d["starts"]), n_base=int(d["n_base"]), base_names=list(d["base_names"]),
+            problem=problem, seed=int(d["seed"]), n_starts=int(d["n_starts"]), from_cache=True,
+            cache_file=str(path))
+    except Exception:
+        return None     # unreadable / old cache file: recompute (and overwrite)

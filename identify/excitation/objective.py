@@ -1,0 +1,305 @@
+"""The smooth conditioning objective J = [log tr(M^r) + log tr(M^-r)] / r and the NLP IPOPT
+solves: objective and exact gradient as generated C + numpy (:class:`_FastObjective`), or the
+CasADi graph for exact Hessians, with the limit and table-plane constraints on the grid."""
+from __future__ import annotations
+import hashlib
+import math
+import time
+from dataclasses import dataclass
+import casadi as ca
+import numpy as np
+from .cache import _problem_key
+from .conditioning import base_regressor_function
+from .parametrization import free_basis
+from .problem import ExcitationProblem, _rms_bounds, resolve_start, scaled_limits
+
+
+# ------------------------------------------------------------------------------------------------
+# the NLP
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class _NLP:
+    solver: ca.Function
+    lbg: np.ndarray
+    ubg: np.ndarray
+    lbx: np.ndarray
+    ubx: np.ndarray
+    groups: list          # (label, joint index, slice into g, kind) for error messages
+    g_fun: ca.Function
+    f_fun: ca.Function
+    bp: object
+    build_time_s: float
+    keep: object = None   # the objective callback (must outlive the solver)
+    symbols: tuple = ()   # (x, f, G) MX expressions and the IPOPT options, for row-screened solvers
+    opts: dict | None = None
+    linear: np.ndarray | None = None   # (rows,) bool: a linear q/qd/qdd limit row
+    sample: np.ndarray | None = None   # (rows,) grid sample index of the row within its group
+    subs: dict | None = None           # screened solvers by row selection
+
+    def sub_solver(self, keep: np.ndarray) -> ca.Function:
+        """IPOPT solver of the same problem with only the constraint rows `keep` (bool mask)."""
+        key = hashlib.sha1(np.packbits(keep).tobytes()).hexdigest()
+        if self.subs is None:
+            self.subs = {}
+        if key not in self.subs:
+            if len(self.subs) > 16:
+                self.subs.clear()
+            x, f, G = self.symbols
+            idx = [int(i) for i in np.flatnonzero(keep)]
+            self.subs[key] = ca.nlpsol("excitation_screened", "ipopt",
+                                       {"x": x, "f": f, "g": G[idx]}, self.opts)
+        return self.subs[key]
+
+
+_NLP_CACHE: dict = {}
+
+
+def _power_objective(M, p: int, r: int):
+    """J = [log tr(M^r) + log tr(M^-r)] / r for a symmetric positive definite MX M (p x p).
+
+    Overflow-safe for any power of two r: both M and M^-1 are normalised to unit trace before
+    repeated squaring (their eigenvalues then lie in (0, 1]), and the scale is added back in logs.
+    """
+    Mn = M / ca.trace(M)                                  # eigenvalues sum to 1
+    Mi = ca.solve(Mn, ca.MX.eye(p), "ldl", {})
+    tr_i = ca.trace(Mi)
+    Min = Mi / tr_i
+    A, B = Mn, Min
+    for _ in range(r.bit_length() - 1):
+        A, B = ca.mtimes(A, A), ca.mtimes(B, B)
+    return (ca.log(ca.trace(A)) + r * ca.log(tr_i) + ca.log(ca.trace(B))) / r
+
+
+class _FastObjective:
+    """J (module docstring) and its exact gradient w.r.t. the NLP variables, evaluated without
+    CasADi's MX virtual machine: W_b^T per sample and its vector-Jacobian product come from
+    generated C (identify.model.regressor.BatchEvaluator, cached on disk), M = W^T W, its eigenvalues and
+    dJ/dM from numpy, the chain to the Fourier coefficients through the constant bases P, V, A.
+
+    With lambda_k, u_k the eigenpairs of M, l_k = log(lambda_k / tr M) and w(+-r) = softmax(+-r l):
+    J = [logsumexp(r l) + logsumexp(-r l)] / r and dJ/dM = U diag((w(+r) - w(-r)) / lambda) U^T
+    (the trace terms cancel), dJ/dW^T_s = 2 dJ/dM W^T_s per sample s.
+    """
+
+    def __init__(self, model, problem: ExcitationProblem, bp, free, q_start, P, V, A):
+        from identify.model.regressor import BatchEvaluator
+        n, p = model.n, len(bp.independent)
+        fb = base_regressor_function(model, bp, problem.terms, problem.coulomb_eps)
+        q, qd, qdd = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
+        S = ca.SX.sym("S", p * n)
+        Wt = fb(q, qd, qdd)
+        val = ca.dot(ca.reshape(S, p, n), Wt)
+        # BatchEvaluator writes nonzeros: both outputs made dense
+        fwd = ca.Function("Wb_T_dense", [q, qd, qdd], [ca.densify(Wt)])
+        vjp = ca.Function("Wb_T_vjp", [q, qd, qdd, S],
+                          [ca.densify(ca.gradient(val, ca.vertcat(q, qd, qdd)))])
+        self.fw = BatchEvaluator(fwd)           # (N, p, n)
+        self.fv = BatchEvaluator(vjp)           # (N, 3n, 1)
+        self.n, self.p, self.r = n, p, int(problem.objective_power)
+        self.m = 2 * (int(problem.harmonics) - 1)
+        self.free = np.asarray(free, bool)
+        self.q_start = np.asarray(q_start, float)
+        self.P, self.V, self.A = P, V, A
+        self._last = None
+
+    def _states(self, x):
+        n, m = self.n, self.m
+        X = x[:n * m].reshape(n, m)
+        q0 = self.q_start.copy()
+        q0[self.free] = x[n * m:]
+        return q0[None, :] + self.P @ X.T, self.V @ X.T, self.A @ X.T      # (N, n) each
+
+    def _forward(self, x):
+        x = np.ascontiguousarray(x, float).reshape(-1)
+        if self._last is not None and np.array_equal(self._last[0], x):
+            return self._last
+        q, qd, qdd = self._states(x)
+        F = self.fw(q, qd, qdd)                                  # (N, p, n) = W_s^T
+        Fm = F.transpose(1, 0, 2).reshape(self.p, -1)
+        M = Fm @ Fm.T
+        lam, U = np.linalg.eigh(M)
+        if not (np.all(np.isfinite(lam)) and lam[0] > 0):
+            self._last = (x, np.nan, None, None, None, None, (q, qd, qdd))
+            return self._last
+        ell = np.log(lam / lam.sum())
+
+        def lse(v):
+            c = v.max()
+            w = np.exp(v - c)
+            return c + math.log(w.sum()), w / w.sum()
+        r = self.r
+        jp, wp = lse(r * ell)
+        jm, wm = lse(-r * ell)
+        J = (jp + jm) / r
+        self._last = (x, J, F, U, lam, wp - wm, (q, qd, qdd))
+        return self._last
+
+    def value(self, x) -> float:
+        return float(self._forward(x)[1])
+
+    def gradient(self, x) -> np.ndarray:
+        x, J, F, U, lam, dw, (q, qd, qdd) = self._forward(x)
+        if F is None:
+            return np.full(x.shape, np.nan)
+        G = (U * (dw / lam)) @ U.T                               # dJ/dM (p, p)
+        S = 2.0 * np.einsum("pq,sqn->snp", G, F)                 # seeds, column-major per sample
+        adj = self.fv(q, qd, qdd, S.reshape(S.shape[0], -1))[:, :, 0]   # (N, 3n)
+        n = self.n
+        aq, av, aa = adj[:, :n], adj[:, n:2 * n], adj[:, 2 * n:]
+        gX = aq.T @ self.P + av.T @ self.V + aa.T @ self.A       # (n, m)
+        return np.concatenate([gX.reshape(-1), aq.sum(0)[self.free]])
+
+
+class _ObjCallback(ca.Callback):
+    """CasADi Function x -> J backed by :class:`_FastObjective` (gradient via get_jacobian)."""
+
+    def __init__(self, name, obj: _FastObjective, nx: int, grad: bool = False, opts=None):
+        ca.Callback.__init__(self)
+        self.obj, self.nx, self.grad = obj, nx, grad
+        self._jac = None
+        self.construct(name, opts or {})
+
+    def get_n_in(self):
+        return 2 if self.grad else 1
+
+    def get_n_out(self):
+        return 1
+
+    def get_sparsity_in(self, i):
+        return ca.Sparsity.dense(self.nx, 1) if i == 0 else ca.Sparsity.dense(1, 1)
+
+    def get_sparsity_out(self, i):
+        return ca.Sparsity.dense(1, self.nx) if self.grad else ca.Sparsity.dense(1, 1)
+
+    def eval(self, arg):
+        x = np.asarray(arg[0], float).reshape(-1)
+        if self.grad:
+            return [ca.DM(self.obj.gradient(x)).T]
+        return [self.obj.value(x)]
+
+    def has_jacobian(self):
+        return not self.grad
+
+    def get_jacobian(self, name, inames, onames, opts):
+        self._jac = _ObjCallback(name, self.obj, self.nx, grad=True)
+        return self._jac
+
+
+def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1) -> _NLP:
+    """The IPOPT problem of `problem`. constraint_stride > 1: the linear limit rows only at every
+    constraint_stride-th grid sample, tightened by cos(pi H stride / N) instead (Ehlich-Zeller on
+    that coarser grid, so the limits still hold in continuous time; a cheaper first stage)."""
+    cs = int(constraint_stride)
+    key = (id(model), _problem_key(model, problem, bp, seed=None, n_starts=None), cs)
+    if key in _NLP_CACHE:
+        return _NLP_CACHE[key]
+    t0 = time.perf_counter()
+    n, H, N, wf = model.n, problem.harmonics, problem.n_grid, problem.wf
+    m = 2 * (H - 1)
+    q_start, free = resolve_start(model, problem)
+    nf = int(free.sum())
+    lim = scaled_limits(model, problem)
+    t = np.arange(N) * (problem.period / N)
+    P, V, A = free_basis(H, wf, t)
+
+    x = ca.MX.sym("x", n * m + nf)
+    X = ca.reshape(x[:n * m], m, n).T                       # (n, m), row i = joint i
+    q0 = []
+    kf = 0
+    for i in range(n):
+        if free[i]:
+            q0.append(x[n * m + kf])
+            kf += 1
+        else:
+            q0.append(ca.MX(float(q_start[i])))
+    q0 = ca.vertcat(*q0)
+    Q = ca.repmat(q0, 1, N) + ca.mtimes(X, ca.DM(P.T))       # (n, N)
+    QD = ca.mtimes(X, ca.DM(V.T))
+    QDD = ca.mtimes(X, ca.DM(A.T))
+
+    keep = None
+    if problem.hessian == "exact":      # needs second derivatives: the CasADi graph of J
+        fb = base_regressor_function(model, bp, problem.terms, problem.coulomb_eps)
+        Wt = fb.map(N, "serial")(Q, QD, QDD)                     # (p, n*N) = W^T
+        p = Wt.shape[0]
+        M = ca.mtimes(Wt, Wt.T)
+        f = _power_objective(M, p, int(problem.objective_power))
+    else:                               # first derivatives only: compiled C + numpy (faster)
+        keep = _ObjCallback("J", _FastObjective(model, problem, bp, free, q_start, P, V, A),
+                            n * m + nf)
+        f = keep(x)
+
+    if cs < 1 or N % cs or N // cs < 2 * H + 1:
+        raise ValueError(f"constraint stride {cs} must divide n_grid = {N} and leave at least "
+                         f"2H+1 = {2 * H + 1} constraint samples")
+    bound = math.cos(math.pi * H * cs / N)  # Ehlich-Zeller: grid bound -> continuous-time bound
+    g, lbg, ubg, groups = [], [], [], []
+    off = 0
+
+    def add(expr, lo, hi, label, joint, kind):
+        nonlocal off
+        sz = expr.shape[0] * expr.shape[1]
+        g.append(ca.reshape(expr, sz, 1))
+        lbg.append(np.broadcast_to(lo, (sz,)))
+        ubg.append(np.broadcast_to(hi, (sz,)))
+        groups.append((label, joint, slice(off, off + sz), kind))
+        off += sz
+
+    for i in range(n):
+        lo, hi = lim["q_min"][i], lim["q_max"][i]
+        if np.isfinite(lo) and np.isfinite(hi):
+            c, h = 0.5 * (lo + hi), 0.5 * (hi - lo)
+            add(((Q[i, ::cs] - c) / h).T, -bound, bound, "position limit", i, "q")
+        if np.isfinite(lim["qd_max"][i]):
+            add((QD[i, ::cs] / lim["qd_max"][i]).T, -bound, bound, "velocity limit", i, "qd")
+        if np.isfinite(lim["qdd_max"][i]):
+            add((QDD[i, ::cs] / lim["qdd_max"][i]).T, -bound, bound, "acceleration limit", i,
+                "qdd")
+    if problem.z_min is not None:
+        O = model.link_origins_function().map(N, "serial")(Q)   # (3, (n+1) N)
+        Z = ca.reshape(O[2, :], n + 1, N)                        # (n+1, N)
+        # origins whose height never changes (e.g. the shoulder) are settled by check_problem
+        rng = np.random.default_rng(0)
+        lo = np.maximum(lim["q_min"], -math.pi)
+        hi = np.minimum(lim["q_max"], math.pi)
+        z_var = np.ptp(model.link_origins(rng.uniform(lo, hi, (64, n)))[:, :, 2], axis=0)
+        for j in range(1, n + 1):
+            if z_var[j] > 1e-9:
+                add(Z[j, :].T, float(problem.z_min), np.inf,
+                    "workspace z >= z_min (origin of frame)", j - 1, "z")
+    vmin = _rms_bounds(model, problem)
+    if vmin is not None:
+        for i in range(n):
+            if vmin[i] > 0:
+                rms2 = ca.sumsqr(QD[i, :]) / N
+                add(rms2 / vmin[i] ** 2, 1.0, np.inf, "minimum RMS velocity", i, "rms")
+    G = ca.vertcat(*g) if g else ca.MX(0, 1)
+    lbg = np.concatenate(lbg) if lbg else np.zeros(0)
+    ubg = np.concatenate(ubg) if ubg else np.zeros(0)
+    lbx = np.full(n * m + nf, -np.inf)
+    ubx = np.full(n * m + nf, np.inf)
+    for kf, i in enumerate(np.flatnonzero(free)):
+        lbx[n * m + kf] = max(lim["q_min"][i], -1e3)
+        ubx[n * m + kf] = min(lim["q_max"][i], 1e3)
+    opts = {"ipopt.print_level": 0, "print_time": False, "ipopt.sb": "yes",
+            "ipopt.hessian_approximation": problem.hessian, "ipopt.max_iter": int(problem.max_iter),
+            "ipopt.tol": float(problem.tol), "ipopt.mu_strategy": problem.mu_strategy,
+            "ipopt.limited_memory_max_history": int(problem.lbfgs_history),
+            # L-BFGS creeps for many iterations once cond(W) has settled: stop after 10 iterations
+            # with relative objective change below problem.obj_change_tol (at an acceptable point)
+            "ipopt.acceptable_tol": 1e-2, "ipopt.acceptable_iter": 10,
+            "ipopt.acceptable_obj_change_tol": float(problem.obj_change_tol)}
+    solver = ca.nlpsol("excitation", "ipopt", {"x": x, "f": f, "g": G}, opts)
+    linear = np.zeros(lbg.size, bool)
+    sample = np.zeros(lbg.size, int)
+    for label, j, sl, kind in groups:
+        linear[sl] = kind in ("q", "qd", "qdd")
+        sample[sl] = np.arange(sl.stop - sl.start) * (cs if linear[sl.start] else 1)
+    nlp = _NLP(solver=solver, lbg=lbg, ubg=ubg, lbx=lbx, ubx=ubx, groups=groups,
+               g_fun=ca.Function("g", [x], [G]), f_fun=ca.Function("f", [x], [f]), bp=bp,
+               build_time_s=time.perf_counter() - t0, keep=keep, symbols=(x, f, G), opts=opts,
+               linear=linear, sample=sample)
+    if len(_NLP_CACHE) > 8:
+        _NLP_CACHE.clear()
+    _NLP_CACHE[key] = nlp
+    return nlp

@@ -1,0 +1,277 @@
+"""The excitation problem as data: :class:`ExcitationProblem` (harmonics, period, grid, limits
+scale, start pose, table plane, solver options), :class:`ExcitationResult`, the limits actually
+used (scaled, tightened for continuous time) and the up-front feasibility checks that name what
+cannot be met before IPOPT runs."""
+from __future__ import annotations
+import math
+from dataclasses import asdict, dataclass
+import numpy as np
+from .fourier import FourierTrajectory, _plain
+
+
+CACHE_VERSION = 3  # bump when the optimizer changes in a way that changes results
+
+
+class ExcitationInfeasible(ValueError):
+    """The requested excitation problem has no feasible trajectory (message names the constraint)."""
+
+
+def upright_pose(n: int) -> tuple[float, ...]:
+    """The paper's start pose [rad]: joints 2 and 4 at -90 deg (arm upright), the others at 0."""
+    return tuple(-math.pi / 2 if i in (1, 3) else 0.0 for i in range(n))
+
+
+@dataclass(frozen=True)
+class ExcitationProblem:
+    """Everything that defines an excitation-trajectory optimization (SI units).
+
+    Attributes:
+        harmonics: H, harmonics per joint (paper: 5).
+        wf: fundamental frequency [rad/s] (paper: 0.1 pi, period 20 s).
+        start_pose: (n,) start/end pose [rad]; an entry None leaves that joint's start pose free
+            (optimized within the limits). None: the paper's upright pose (:func:`upright_pose`).
+        n_grid: samples per period for the objective and the constraints (N).
+        terms: friction columns appended to the regressor (identify.model.friction term names).
+        coulomb_eps: smoothing velocity of the Coulomb sign inside the optimizer [rad/s].
+        limit_scale: fraction of the arm's limits used: one number, or (q, qd, qdd). Velocity and
+            acceleration limits are multiplied by it; the position range shrinks about its centre.
+        z_min: table plane [m]: every link-frame origin stays at z >= z_min (None: no constraint).
+        min_rms_velocity: per-joint lower bound on the RMS velocity over a period [rad/s]
+            (one number or (n,); None: no bound).
+        base_seed: seed of identify.model.base_params.compute_base_parameters (column selection).
+        max_iter: IPOPT iterations per start.
+        tol: IPOPT relative tolerance.
+        obj_change_tol: stop early when J changes by less than this (relative) for 10 iterations
+            at an acceptable point (IPOPT acceptable_obj_change_tol).
+        objective_power: r in J = (log tr(M^r) + log tr(M^-r)) / r, a power of two (1, 2, 4, ...);
+            larger r weights the extreme singular values more (r -> inf gives log cond(M)).
+        hessian: IPOPT hessian_approximation ("limited-memory" or "exact"; exact was ~10x slower).
+        lbfgs_history: IPOPT limited_memory_max_history.
+        mu_strategy: IPOPT barrier update ("adaptive" or "monotone").
+        polish_power: after each start, re-solve warm-started with this (higher) power to move
+            from the smooth surrogate's optimum towards the lowest cond itself (None: off);
+            at most max_iter // 3 iterations.
+        screen_stride, screen_threshold: IPOPT sees only the linear limit rows of every
+            screen_stride-th grid sample plus those within screen_threshold of their bound,
+            rows being added and the solve repeated until the full grid holds (see
+            :func:`_screened_solve`; same constraints, less linear algebra). With a polish
+            stage, the first stage instead has its limit rows only at every screen_stride-th
+            sample, tightened by cos(pi H screen_stride / N) so they hold in continuous time
+            (used when N / screen_stride >= 2H + 1). None: all rows in both stages.
+            Only problems with at least screen_min_rows linear limit rows (3 n N) are screened:
+            below that IPOPT's linear algebra is cheap and the full problem is solved.
+    """
+
+    harmonics: int = 5
+    wf: float = 0.1 * math.pi
+    start_pose: tuple | None = None
+    n_grid: int = 200
+    terms: tuple[str, ...] = ("viscous", "coulomb")
+    coulomb_eps: float = 0.05
+    limit_scale: float | tuple[float, float, float] = 0.8
+    z_min: float | None = None
+    min_rms_velocity: float | tuple | None = None
+    base_seed: int = 0
+    max_iter: int = 300
+    tol: float = 1e-6
+    obj_change_tol: float = 3e-4
+    objective_power: int = 4
+    hessian: str = "limited-memory"
+    polish_power: int | None = 16
+    lbfgs_history: int = 6
+    mu_strategy: str = "adaptive"
+    screen_stride: int | None = 8
+    screen_threshold: float = 0.5
+    screen_min_rows: int = 1000
+
+    @property
+    def period(self) -> float:
+        """T = 2 pi / wf [s]."""
+        return 2.0 * math.pi / self.wf
+
+    def to_dict(self) -> dict:
+        return _plain(asdict(self))
+
+    def scales(self) -> tuple[float, float, float]:
+        s = self.limit_scale
+        if np.ndim(s) == 0:
+            return (float(s),) * 3
+        s = tuple(float(x) for x in s)
+        if len(s) != 3:
+            raise ValueError(f"ExcitationProblem.limit_scale: one number or (q, qd, qdd), got {s}")
+        return s
+
+
+@dataclass
+class ExcitationResult:
+    """Outcome of :func:`optimize_excitation`.
+
+    Attributes:
+        trajectory: the best :class:`~identify.excitation.fourier.FourierTrajectory` (one period).
+        cond: cond(W_base) with the exact Coulomb sign on the check grid (10x the optimization
+            grid) -- the figure to report.
+        cond_grid: the same on the optimization grid.
+        objective: final value of J (see module docstring).
+        solver_time_s: wall time spent in IPOPT over all starts [s] (0 when read from the cache).
+        build_time_s: time to build the CasADi problem [s].
+        limits_used: dict q_min, q_max, qd_max, qdd_max (n,) after scaling (+ z_min).
+        max_ratio: dict q, qd, qdd -> (n,) max |value| / limit on the check grid (<= 1 when held;
+            for q: max excursion relative to the scaled range, 1 = touching a bound).
+        starts: per start: dict seed, status, iterations, time_s, cond, feasible, eval_time_s
+            (of time_s, the wall time IPOPT spent in objective/constraint callbacks; the rest
+            is IPOPT's own linear algebra).
+        n_base: number of base parameters p (columns of W_base); base_names: their names.
+        from_cache: True when the result was read from the cache; cache_file: its path.
+        problem, seed, n_starts: the inputs.
+    """
+
+    trajectory: FourierTrajectory
+    cond: float
+    cond_grid: float
+    objective: float
+    solver_time_s: float
+    build_time_s: float
+    limits_used: dict
+    max_ratio: dict
+    starts: list
+    n_base: int
+    base_names: list
+    problem: ExcitationProblem
+    seed: int
+    n_starts: int
+    from_cache: bool = False
+    cache_file: str | None = None
+
+    def summary(self) -> str:
+        lim = self.limits_used
+        lines = [f"cond(W_base) = {self.cond:.2f} (check grid), {self.cond_grid:.2f} (opt. grid); "
+                 f"{self.n_base} base parameters; solver {self.solver_time_s:.1f} s over "
+                 f"{self.n_starts} start(s){' (cached)' if self.from_cache else ''}"]
+        for k in ("q", "qd", "qdd"):
+            lines.append(f"  max |{k}|/limit per joint: " +
+                         " ".join(f"{x:.3f}" for x in self.max_ratio[k]))
+        lines.append("  limits used: qd_max " + " ".join(f"{x:.3f}" for x in lim["qd_max"]) +
+                     " rad/s; qdd_max " + " ".join(f"{x:.3f}" for x in lim["qdd_max"]) + " rad/s^2")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# limits, start pose, checks
+# ------------------------------------------------------------------------------------------------
+def resolve_start(model, problem: ExcitationProblem) -> tuple[np.ndarray, np.ndarray]:
+    """(q_start (n,) with NaN for free joints, free mask (n,) bool)."""
+    n = model.n
+    sp = upright_pose(n) if problem.start_pose is None else tuple(problem.start_pose)
+    if len(sp) != n:
+        raise ValueError(f"ExcitationProblem.start_pose has {len(sp)} entries, the arm "
+                         f"{model.name!r} has {n} joints {list(model.joint_names)}")
+    q = np.array([np.nan if v is None else float(v) for v in sp])
+    return q, np.isnan(q)
+
+
+def scaled_limits(model, problem: ExcitationProblem) -> dict:
+    """Limits the trajectory must respect: q_min, q_max, qd_max, qdd_max (n,) [SI] (+ z_min)."""
+    s_q, s_v, s_a = problem.scales()
+    for name, s in (("q", s_q), ("qd", s_v), ("qdd", s_a)):
+        if not (0.0 < s <= 1.0):
+            raise ValueError(f"ExcitationProblem.limit_scale for {name} must be in (0, 1], got {s}")
+    L = model.limits
+    lo, hi = np.asarray(L.q_min, float), np.asarray(L.q_max, float)
+    fin = np.isfinite(lo) & np.isfinite(hi)
+    c = np.where(fin, 0.5 * (lo + hi), 0.0)
+    h = np.where(fin, 0.5 * (hi - lo), np.inf)
+    return {"q_min": np.where(fin, c - s_q * h, -np.inf), "q_max": np.where(fin, c + s_q * h, np.inf),
+            "qd_max": s_v * np.asarray(L.qd_max, float),
+            "qdd_max": s_a * np.asarray(L.qdd_max, float), "z_min": problem.z_min}
+
+
+def _rms_bounds(model, problem) -> np.ndarray | None:
+    v = problem.min_rms_velocity
+    if v is None:
+        return None
+    v = np.broadcast_to(np.asarray(v, float), (model.n,)).copy()
+    return v
+
+
+def check_problem(model, problem: ExcitationProblem) -> None:
+    """Necessary conditions for feasibility, checked before any optimization.
+
+    Raises :class:`ExcitationInfeasible` (or ValueError for malformed settings) naming the
+    joint and the constraint at fault.
+    """
+    n, names = model.n, list(model.joint_names)
+    H, N = int(problem.harmonics), int(problem.n_grid)
+    if H != problem.harmonics or H < 1:
+        raise ValueError(f"ExcitationProblem.harmonics must be an integer >= 1, got {problem.harmonics!r}")
+    if H == 1:
+        raise ExcitationInfeasible(
+            "harmonics = 1 leaves no free coefficient: starting and ending at rest forces "
+            "a_1 = b_1 = 0, so the arm would not move; use harmonics >= 2")
+    if not (np.isfinite(problem.wf) and problem.wf > 0):
+        raise ValueError(f"ExcitationProblem.wf must be a positive frequency [rad/s], got {problem.wf!r}")
+    if N < 2 * H + 1:
+        raise ValueError(f"ExcitationProblem.n_grid = {N} cannot resolve {H} harmonics "
+                         f"(need at least 2H+1 = {2 * H + 1} samples per period)")
+    for key in ("objective_power", "polish_power"):
+        r = getattr(problem, key)
+        if key == "polish_power" and r is None:
+            continue
+        if not (isinstance(r, (int, np.integer)) and r >= 1 and (r & (r - 1)) == 0):
+            raise ValueError(f"ExcitationProblem.{key} must be a power of two (1, 2, 4, ...), "
+                             f"got {r!r}")
+    if not problem.coulomb_eps > 0:
+        raise ValueError(f"ExcitationProblem.coulomb_eps must be > 0 [rad/s], got {problem.coulomb_eps!r}")
+    q_start, free = resolve_start(model, problem)
+    lim = scaled_limits(model, problem)
+    s_q = problem.scales()[0]
+    for i in range(n):
+        if free[i]:
+            continue
+        if not (lim["q_min"][i] <= q_start[i] <= lim["q_max"][i]):
+            raise ExcitationInfeasible(
+                f"start pose of {names[i]} ({math.degrees(q_start[i]):.2f} deg) is outside its "
+                f"position limits [{math.degrees(lim['q_min'][i]):.2f}, "
+                f"{math.degrees(lim['q_max'][i]):.2f}] deg (arm limits scaled by limit_scale "
+                f"{s_q:g}): constraint q_min <= q(0) <= q_max")
+    for key, label in (("qd_max", "velocity limit qd_max"), ("qdd_max", "acceleration limit qdd_max")):
+        for i in range(n):
+            if not lim[key][i] > 0:
+                raise ExcitationInfeasible(
+                    f"{names[i]} cannot move: its {label} is {lim[key][i]:g} (after limit_scale); "
+                    f"the joint's regressor columns would be zero and cond(W) infinite")
+    for i in range(n):
+        if free[i]:
+            continue
+        if lim["q_max"][i] - lim["q_min"][i] <= 0:
+            raise ExcitationInfeasible(f"{names[i]} cannot move: its position range is empty")
+    if problem.z_min is not None:
+        # q(0) is the start pose, so it must be above the table; for a free start joint only the
+        # origins whose height does not depend on the free joints are decided already.
+        z_min = float(problem.z_min)
+        q_chk = np.where(free, np.clip(0.0, lim["q_min"], lim["q_max"]), q_start)
+        z = model.link_origins(q_chk)[1:, 2]
+        z_alt = model.link_origins(q_chk + 0.7 * free)[1:, 2]
+        for j in range(n):
+            if z[j] < z_min and abs(z_alt[j] - z[j]) < 1e-12:
+                raise ExcitationInfeasible(
+                    f"workspace constraint z >= z_min = {z_min:g} m fails at the start pose: the "
+                    f"origin of the frame of {names[j]} is at z = {z[j]:.4f} m")
+    vmin = _rms_bounds(model, problem)
+    if vmin is not None:
+        T = problem.period
+        for i in range(n):
+            if vmin[i] < 0:
+                raise ValueError(f"min_rms_velocity for {names[i]} must be >= 0, got {vmin[i]}")
+            if vmin[i] == 0:
+                continue
+            # RMS(qd) <= max|qd|;  RMS(qd) <= RMS(qdd)/wf <= qdd_max/wf (Parseval, k >= 1);
+            # RMS(qd) <= H wf RMS(q - mean) <= H wf (q_max - q_min)/2 (Parseval, k <= H).
+            caps = {"velocity limit qd_max": lim["qd_max"][i],
+                    "acceleration limit (qdd_max / wf)": lim["qdd_max"][i] / problem.wf,
+                    f"position range (H wf (q_max - q_min)/2, H = {H})":
+                        H * problem.wf * 0.5 * (lim["q_max"][i] - lim["q_min"][i])}
+            for what, cap in caps.items():
+                if vmin[i] > cap:
+                    raise ExcitationInfeasible(
+                        f"amplitude impossible for {names[i]}: min_rms_velocity {vmin[i]:.4g} rad/s "
+                        f"exceeds the most its {what} allows, {cap:.4g} rad/s (period {T:.3g} s)")
