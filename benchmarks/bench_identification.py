@@ -36,7 +36,8 @@ from identify import RobotModel, Recording  # noqa: E402
 from identify.model.base_params import compute_base_parameters  # noqa: E402
 from identify.estimation.consistency import ConsistentFit  # noqa: E402
 from identify.model.friction import full_regressor  # noqa: E402
-from identify.estimation.joint_models import ImprovedModel, SimplifiedModel  # noqa: E402
+from identify.estimation.improved import ImprovedModel
+from identify.estimation.simplified import SimplifiedModel
 from identify.estimation.processing import ProcessingSettings, process  # noqa: E402
 from identify.validation.validate import validate  # noqa: E402
 

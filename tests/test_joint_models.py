@@ -18,7 +18,9 @@ import yaml
 
 from identify import RobotModel
 from identify.model.base_params import compute_base_parameters
-from identify.estimation.joint_models import FRICTION_VARIANTS, ImprovedModel, SimplifiedModel
+from identify.estimation.improved import ImprovedModel
+from identify.estimation.stage2 import FRICTION_VARIANTS
+from identify.estimation.simplified import SimplifiedModel
 from identify.estimation.processing import Processed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -399,7 +401,7 @@ def test_eiv_bias_matches_monte_carlo():
     """Independent truth for the errors-in-variables bias: y = b x + c + e with x measured with
     noise u; the classic attenuation E[b_hat] - b = -b var(u) / (var(x) + var(u)) and the
     estimate of joint_models._eiv_bias agree with the Monte-Carlo mean error."""
-    from identify.estimation.joint_models import _eiv_bias
+    from identify.estimation.stage2 import _eiv_bias
     rng = np.random.default_rng(7)
     N, reps, b, c = 400, 300, 2.0, 0.5
     err, est = [], []
@@ -498,7 +500,7 @@ def test_parallel_filtering_unbiases_link_and_motor_friction(model, base):
     simplified model's lumped Coulomb friction are within 3 sigma of the truth; without, the
     link Coulomb friction is 4-7 % low and viscous 25-100 % high, all beyond 6 sigma -- what the
     twin showed."""
-    from identify.estimation.joint_models import coulomb_column, design_from, design_matrix
+    from identify.estimation.design import coulomb_column, design_from, design_matrix
     from identify.estimation.processing import ProcessingSettings, filter_columns, process
     tr = drive_truth()
     rec = _raw_recording(model, tr, seed=61)
@@ -541,7 +543,7 @@ def test_parallel_filtering_unbiases_link_and_motor_friction(model, base):
 
 
 def test_coulomb_column_without_chain_and_errors(model, base, noise_free):
-    from identify.estimation.joint_models import coulomb_column
+    from identify.estimation.design import coulomb_column
     from identify.estimation.processing import ProcessingSettings, filter_columns, process
     tr, d, *_ = noise_free
     assert coulomb_column(d, 6) is None             # hand-built data: plain sign(qd) is used
@@ -593,7 +595,7 @@ def test_reducer_gain_law():
     """joint_models._gain: without filtering exactly 1 / (1 - M xi); its derivative against
     central differences; the filtered affine + remainder split equals the law when the
     filtered and sharp directions coincide."""
-    from identify.estimation.joint_models import _gain
+    from identify.estimation.stage2 import _gain
     rng = np.random.default_rng(0)
     m = np.tanh(rng.normal(0, 2, 200))
     m_f = np.clip(m + rng.normal(0, 0.2, 200), -1, 1)

@@ -292,7 +292,7 @@ def test_subset_identifies_the_locked_arm_parameters(subset_run):
     and the drive file's link friction."""
     import yaml
     from identify.model.base_params import compute_base_parameters
-    from identify.estimation.joint_models import ImprovedModel
+    from identify.estimation.improved import ImprovedModel
     from identify.estimation.processing import process
     from identify.validation.validate import parameter_errors, true_base_parameters
     _, rec, _ = subset_run

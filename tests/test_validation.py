@@ -13,7 +13,8 @@ import pytest
 
 from identify.model.arm import REFERENCE_URDF
 from identify.model.base_params import compute_base_parameters
-from identify.estimation.joint_models import ImprovedModel, SimplifiedModel
+from identify.estimation.improved import ImprovedModel
+from identify.estimation.simplified import SimplifiedModel
 from identify.estimation.processing import Processed
 from identify.validation.validate import (ValidationResult, decompose, parameter_errors, relative_change,
                                  rms, stage2_errors, true_base_parameters, validate)
@@ -138,10 +139,10 @@ def test_parameter_errors_nan_std_is_skipped_not_a_miss():
 
 def test_stage2_errors_skip_noise_dominated_and_unidentified():
     """Closed-form check on hand-built stage-2 results: joint1 fully identified (z by hand),
-    joint2's J_m/K noise-dominated (std NaN, as identify.estimation.joint_models marks it), joint3 without
+    joint2's J_m/K noise-dominated (std NaN, as identify.estimation.improved marks it), joint3 without
     an identified xi. Only the comparable coefficients are counted; the others are listed with
     their reason."""
-    from identify.estimation.joint_models import Stage2Joint, Stage2Result
+    from identify.estimation.stage2 import Stage2Joint, Stage2Result
     names = ["xi_opp", "f_mc", "f_mv", "J_m", "J_m/K"]
     truth = {"xi": [0.1, 0.2, 0.3], "f_mc": [1.0, 2.0, 3.0], "f_mv": [0.5, 0.6, 0.7],
              "J_m": [0.4, 0.5, 0.6], "K": [1e4, 2e4, 3e4]}

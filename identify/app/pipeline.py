@@ -462,7 +462,9 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     d_exc = processed["excitation"]
     want_s = ident.joint_model in ("simplified", "both")
     want_i = ident.joint_model in ("improved", "both")
-    from identify.estimation.joint_models import ImprovedModel, SimplifiedModel, design_from
+    from identify.estimation.improved import ImprovedModel
+    from identify.estimation.simplified import SimplifiedModel
+    from identify.estimation.design import design_from
     # the models' own design (parallel-filtered Coulomb column), computed once per trajectory
     W = {label: design_from(model, base, d, terms=terms)[0] for label, d in processed.items()}
     sm = im = None

@@ -5,3 +5,7 @@ estimator with ``fit`` / ``predict`` and fitted attributes ending in ``_``.
 
 May import: :mod:`identify.model`, :mod:`identify.backend` (``Recording``), :mod:`identify.common`.
 Must not import excitation, validation, app, ``twin`` or ``robot``."""
+from .improved import ImprovedModel
+from .simplified import SimplifiedModel
+
+__all__ = ["SimplifiedModel", "ImprovedModel"]

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from identify.estimation.joint_models import ImprovedModel, SimplifiedModel, _same_columns, _states, column_kinds
+from identify.estimation.improved import ImprovedModel, _same_columns
+from identify.estimation.simplified import SimplifiedModel
+from identify.estimation.design import _states, column_kinds
 
 COMPONENTS = ("gravity", "inertial", "coriolis", "friction")
 MODEL_LABELS = {"simplified": "simplified", "improved_eq24": "improved, eq. (24)",
@@ -98,7 +100,7 @@ def decompose(model, fitted, d, regs: dict | None = None,
         regs = rigid_regressors(model, q, qd, qdd)
     n = model.n
     pr, pf = split_parameters(model, fitted.base, fitted.terms, fitted.params_)
-    from identify.estimation.joint_models import coulomb_column
+    from identify.estimation.design import coulomb_column
     joint_parts = {}                                   # per joint term: viscous, coulomb, ...
     for k, term in enumerate(fitted.terms):
         col = coulomb_column(d, n, fitted.coulomb_eps) if term == "coulomb" else None

@@ -1,0 +1,202 @@
+"""Design matrices of the joint models from processed data: the base regressor with the friction
+columns (the Coulomb column parallel-filtered like the torques), column kinds and masks, channel
+access on processed recordings, and the estimator factory shared by both joint models."""
+from __future__ import annotations
+import numpy as np
+
+
+# --------------------------------------------------------------------------------------------
+# input checks and design matrices
+# --------------------------------------------------------------------------------------------
+def _channel(d, name: str, n: int | None = None, n_samples: int | None = None) -> np.ndarray:
+    """Fetch a (N, n) channel of processed data with a clear error if missing or malformed."""
+    x = getattr(d, name, None)
+    if x is None:
+        raise ValueError(f"processed data has no channel {name!r} (needed by the joint model)")
+    x = np.asarray(x, dtype=float)
+    if x.ndim != 2 or (n is not None and x.shape[1] != n):
+        raise ValueError(f"channel {name!r} has shape {x.shape}, expected (N, {n})")
+    if n_samples is not None and x.shape[0] != n_samples:
+        raise ValueError(f"channel {name!r} has {x.shape[0]} samples, q has {n_samples}")
+    bad = ~np.isfinite(x)
+    if bad.any():
+        k, j = np.argwhere(bad)[0]
+        raise ValueError(f"channel {name!r}: non-finite value {x[k, j]!r} at sample {k}, "
+                         f"joint {j + 1}")
+    return x
+
+
+def _states(d, n: int):
+    q = _channel(d, "q", n)
+    N = q.shape[0]
+    return q, _channel(d, "qd", n, N), _channel(d, "qdd", n, N)
+
+
+def _time(d, N: int) -> np.ndarray:
+    t = getattr(d, "t", None)
+    if t is None:
+        raise ValueError("processed data has no time stamps 't' (needed for taudd_r)")
+    t = np.asarray(t, dtype=float).reshape(-1)
+    if t.shape[0] != N:
+        raise ValueError(f"time stamps 't' have {t.shape[0]} samples, q has {N}")
+    if N < 3:
+        raise ValueError(f"need at least 3 samples, got {N}")
+    if not np.all(np.diff(t) > 0):
+        k = int(np.argmax(~(np.diff(t) > 0)))
+        raise ValueError(f"time stamps 't' are not strictly increasing at sample {k + 1}")
+    return t
+
+
+def _base_terms(base, n: int, terms: tuple) -> bool:
+    """True if `base` was computed with the friction `terms` (its full columns include them),
+    False if it covers the 10n inertial columns only."""
+    n_full = np.asarray(base.E).shape[1]
+    if n_full == 10 * n + len(terms) * n:
+        bt = getattr(base, "terms", None)
+        if bt is not None and tuple(bt) != tuple(terms):
+            raise ValueError(f"base parameters were computed with friction terms {tuple(bt)}, "
+                             f"the joint model uses {tuple(terms)}")
+        return True
+    if n_full == 10 * n:
+        return False
+    raise ValueError(f"base parameters have {n_full} full columns; expected {10 * n} (inertial) "
+                     f"or {10 * n + len(terms) * n} (inertial + friction terms {tuple(terms)})")
+
+
+def design_matrix(model, base, q, qd, qdd, *, terms=("viscous", "coulomb"),
+                  coulomb_eps: float = 0.0, coulomb: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, list[str]]:
+    """Base regressor with friction columns: rigid body W_b plus `terms` per joint.
+
+    Args:
+        model: RobotModel; base: BaseParameters of `model` (with or without the friction terms).
+        q, qd, qdd: (N, n) [rad, rad/s, rad/s^2].
+        terms: friction.joint_columns terms; coulomb_eps: tanh smoothing of sign [rad/s].
+        coulomb: (N, n) values of the Coulomb columns to use instead of sign(qd) / tanh(qd/eps)
+            -- the parallel-filtered column of :func:`coulomb_column` (ignored without the
+            "coulomb" term).
+    Returns:
+        W (N, n, p) and the p column names.
+    """
+    from identify.model.friction import column_names, joint_columns
+    n = model.n
+    terms = tuple(terms)
+    J = joint_columns(qd, qdd, terms=terms, coulomb_eps=coulomb_eps)
+    if coulomb is not None and "coulomb" in terms:
+        coulomb = np.asarray(coulomb, dtype=float)
+        if coulomb.shape != J.shape[:2]:
+            raise ValueError(f"Coulomb column values have shape {coulomb.shape}, expected "
+                             f"{J.shape[:2]} (samples of qd, joints)")
+        k = terms.index("coulomb")
+        idx = np.arange(n)
+        J[:, idx, k * n + idx] = coulomb
+    Y = model.regressor(q, qd, qdd)
+    if _base_terms(base, n, terms):
+        return base.reduce(np.concatenate([Y, J], axis=2)), list(base.names)
+    W = np.concatenate([base.reduce(Y), J], axis=2)
+    return W, list(base.names) + (column_names(n, terms) if terms else [])
+
+
+def coulomb_column(d, n: int, coulomb_eps: float = 0.0) -> np.ndarray | None:
+    """Parallel-filtered Coulomb column (N, n) of processed data `d`, or None.
+
+    If `d` carries the processing's filter chain (``d.filter_chain``, ``d.qd_full``:
+    ProcessingSettings.filter_regressor, the default), sign(qd) (tanh(qd / coulomb_eps) for
+    coulomb_eps > 0) is evaluated on the chain's full grid and passed through exactly the filter
+    the torques went through (processing.filter_columns), so that the smeared Coulomb step in
+    the filtered torque is matched by the same smeared step in the regressor. Data without a
+    chain (processed with filter_regressor=False, or built by hand): None, and the callers use
+    the plain sign(qd) of ``d.qd``.
+    """
+    chain = getattr(d, "filter_chain", None)
+    if chain is None:
+        return None
+    from .processing import filter_columns
+    qd_full = getattr(d, "qd_full", None)
+    if qd_full is None:
+        raise ValueError("processed data carry a filter chain but no qd_full (the velocity on "
+                         "the chain's full grid) to build the Coulomb column from")
+    qd_full = np.asarray(qd_full, dtype=float)
+    if qd_full.ndim != 2 or qd_full.shape[1] != n:
+        raise ValueError(f"qd_full has shape {qd_full.shape}, expected (N_full, {n})")
+    raw = np.sign(qd_full) if coulomb_eps <= 0 else np.tanh(qd_full / coulomb_eps)
+    out = filter_columns(raw, chain, "Coulomb column from qd_full")
+    N = np.shape(getattr(d, "qd"))[0]
+    if out.shape[0] != N:
+        raise ValueError(f"the filter chain gives {out.shape[0]} samples, qd has {N}: the data "
+                         f"were changed after processing")
+    return out
+
+
+def design_from(model, base, d, *, terms=("viscous", "coulomb"), coulomb_eps: float = 0.0
+                ) -> tuple[np.ndarray, list[str]]:
+    """:func:`design_matrix` of processed data `d` (q, qd, qdd and, if `d` carries the filter
+    chain, the parallel-filtered Coulomb column of :func:`coulomb_column`). This is the design
+    the joint models use; share it between them via ``fit(d, W)`` / ``predict(d, W)``."""
+    q, qd, qdd = _states(d, model.n)
+    return design_matrix(model, base, q, qd, qdd, terms=terms, coulomb_eps=coulomb_eps,
+                         coulomb=(coulomb_column(d, model.n, coulomb_eps)
+                                  if "coulomb" in tuple(terms) else None))
+
+
+def _given_design(obj, d, W):
+    """Design of `d` for a fitted/unfitted model `obj`: computed, or the caller's W checked."""
+    if W is None:
+        return obj.design(d)
+    W = np.asarray(W, dtype=float)
+    q = _channel(d, "q", obj.model.n)
+    p = len(design_matrix_names(obj.model, obj.base, obj.terms))
+    if W.ndim != 3 or W.shape != (q.shape[0], obj.model.n, p):
+        raise ValueError(f"precomputed design W has shape {W.shape}, expected "
+                         f"{(q.shape[0], obj.model.n, p)} (samples of q, joints, columns)")
+    return W
+
+
+def column_kinds(model, base, terms) -> np.ndarray:
+    """(p,) kind of each design_matrix column: "rigid" or the friction term's name."""
+    n = model.n
+    terms = tuple(terms)
+    if _base_terms(base, n, terms):
+        idx = np.asarray(base.independent)
+        fr = [terms[(i - 10 * n) // n] if i >= 10 * n else "rigid" for i in idx]
+    else:
+        fr = ["rigid"] * len(base.independent) + [t for t in terms for _ in range(n)]
+    return np.array(fr, dtype=object)
+
+
+def coulomb_mask(model, base, terms, coulomb_eps: float) -> np.ndarray:
+    """(p,) True for hard-sign Coulomb columns (coulomb_eps <= 0) of design_matrix."""
+    if coulomb_eps > 0:
+        return np.zeros(len(column_kinds(model, base, terms)), bool)
+    return column_kinds(model, base, terms) == "coulomb"
+
+
+def _make_estimator(estimator):
+    if not isinstance(estimator, str):
+        return estimator                      # an estimator instance with fit/predict
+    from . import estimators as est
+    table = {"ols": "OLS", "wls": "WLS", "ridge": "Ridge"}
+    key = estimator.lower()
+    if key not in table:
+        raise ValueError(f"unknown estimator {estimator!r}; choose one of {sorted(table)}")
+    return getattr(est, table[key])()
+
+
+def second_derivative(t: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """d^2x/dt^2 along axis 0 by two passes of second-order central differences.
+
+    Args: t (N,) [s]; x (N, ...). Returns (N, ...) [unit of x / s^2]."""
+    from .signal import differentiate
+    return differentiate(differentiate(x, t), t)
+
+
+def design_matrix_names(model, base, terms) -> list[str]:
+    from identify.model.friction import column_names
+    if _base_terms(base, model.n, tuple(terms)):
+        return list(base.names)
+    return list(base.names) + (column_names(model.n, terms) if terms else [])
+
+
+def _check_fitted(obj, what):
+    if not hasattr(obj, "params_"):
+        raise RuntimeError(f"{what} is not fitted yet; call fit(d) first")

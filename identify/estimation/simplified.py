@@ -1,0 +1,52 @@
+"""The simplified joint model (the paper's baseline): rigid-body base parameters plus per-joint
+Coulomb and viscous friction fitted to the motor torque, the drive's losses lumped in."""
+from __future__ import annotations
+import numpy as np
+from .design import _channel, _check_fitted, _given_design, _make_estimator, design_from, design_matrix_names
+
+
+# --------------------------------------------------------------------------------------------
+# simplified model
+# --------------------------------------------------------------------------------------------
+class SimplifiedModel:
+    """Paper §1.1 / §2.3.1: tau'_m = W_b(q, qd, qdd) p_b + f_c sign(qd) + f_v qd, fitted to the
+    motor torque by the chosen estimator ("wls" as in the paper, "ols", "ridge" or an instance).
+
+    After :meth:`fit`: ``params_`` (p,), ``std_`` (p,), ``names_`` (p,), ``estimator_``.
+    """
+
+    def __init__(self, model, base, estimator="wls", *, terms=("viscous", "coulomb"),
+                 coulomb_eps: float = 0.0):
+        self.model = model
+        self.base = base
+        self.estimator = estimator
+        self.terms = tuple(terms)
+        self.coulomb_eps = float(coulomb_eps)
+
+    def design(self, d) -> np.ndarray:
+        """(N, n, p) regressor of the simplified model for processed data `d`
+        (:func:`design_from`: parallel-filtered Coulomb column if `d` carries the filter chain)."""
+        W, _ = design_from(self.model, self.base, d, terms=self.terms,
+                           coulomb_eps=self.coulomb_eps)
+        return W
+
+    def fit(self, d, W: np.ndarray | None = None) -> "SimplifiedModel":
+        """Identify from the motor torque ``d.tau_m``.
+
+        `W` (N, n, p): a precomputed :meth:`design` of `d` (optional)."""
+        n = self.model.n
+        W = _given_design(self, d, W)
+        names = design_matrix_names(self.model, self.base, self.terms)
+        tau_m = _channel(d, "tau_m", n, W.shape[0])
+        self.estimator_ = _make_estimator(self.estimator).fit(
+            W, tau_m, names=names, joint_names=list(self.model.joint_names))
+        self.params_ = np.asarray(self.estimator_.params_, dtype=float)
+        self.std_ = np.asarray(self.estimator_.std_, dtype=float)
+        self.names_ = list(names)
+        return self
+
+    def predict(self, d, W: np.ndarray | None = None) -> np.ndarray:
+        """Predicted motor torque tau'_m (N, n) [N*m] on the states of `d`."""
+        _check_fitted(self, "SimplifiedModel")
+        W = _given_design(self, d, W)
+        return W @ self.params_
