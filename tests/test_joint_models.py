@@ -199,7 +199,7 @@ def test_opposing_variant_recovered_and_preferred(model, base):
     assert ok[:5].all()                   # joint 6 (near-zero sensor torque) may be flagged
     z = ((P - truth) / S)[ok]
     assert np.max(np.abs(z)) < 4.5, z
-    from identify.validation.validate import stage2_errors
+    from identify.validation.parameter_errors import stage2_errors
     pe = stage2_errors(im.stage2_, {"xi": tr.xi, "f_mc": tr.f_mc, "f_mv": tr.f_mv,
                                     "J_m": tr.J_m, "K": tr.K})
     assert pe.n == 5 * int(ok.sum()) and pe.names[0] == "joint1.xi_opp"

@@ -294,7 +294,7 @@ def test_subset_identifies_the_locked_arm_parameters(subset_run):
     from identify.model.base_params import compute_base_parameters
     from identify.estimation.improved import ImprovedModel
     from identify.estimation.processing import process
-    from identify.validation.validate import parameter_errors, true_base_parameters
+    from identify.validation.parameter_errors import parameter_errors, true_base_parameters
     _, rec, _ = subset_run
     sub = RobotModel.from_urdf(ARM["urdf"], SUBSET)
     assert list(sub.joint_names) == rec.joint_names

@@ -16,8 +16,8 @@ from identify.model.base_params import compute_base_parameters
 from identify.estimation.improved import ImprovedModel
 from identify.estimation.simplified import SimplifiedModel
 from identify.estimation.processing import Processed
-from identify.validation.validate import (ValidationResult, decompose, parameter_errors, relative_change,
-                                 rms, stage2_errors, true_base_parameters, validate)
+from identify.validation.validate import ValidationResult, decompose, relative_change, rms, validate
+from identify.validation.parameter_errors import parameter_errors, stage2_errors, true_base_parameters
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # the shared synthetic generator
 # the model/base fixtures are the joint-model tests' own (same arm, same base parameters)
 from test_joint_models import EPS, LOAD_EPS, base, drive_truth, model, sines, synth  # noqa: E402,F401

@@ -487,7 +487,8 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
                 if best != "linear":
                     im = ImprovedModel(model, base, ident.estimator, friction_term=best,
                                        terms=terms).fit(d_exc, W["excitation"])
-    from identify.validation.validate import true_base_parameters, validate
+    from identify.validation.parameter_errors import true_base_parameters
+    from identify.validation.validate import validate
     truth_base, truth_note = None, None
     truth = None
     if want_truth:
@@ -585,7 +586,7 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
         if "truth" in stage2:
             # stage-2 coefficients against the twin's drive truth; coefficients without a std
             # (xi not identified, noise-dominated column) are skipped, with the reason
-            from identify.validation.validate import stage2_errors
+            from identify.validation.parameter_errors import stage2_errors
             try:
                 pe2 = stage2_errors(s2, truth["stage2"])
             except ValueError as exc:
