@@ -124,7 +124,7 @@ def test_quickstart_run_folder(quick_run):
     # twin runs: the consistent fit's prior is NOT the twin's own truth
     assert m["prior"]["kind"] == "perturbed" and p["prior"]["kind"] == "perturbed"
     # the resolved scenario loads again and names the same experiment
-    from identify.app.scenario import load_scenario
+    from identify.app.scenario_load import load_scenario
     assert load_scenario(out / "scenario.yaml").name == "quickstart"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "<img" in html and "src='plots/" not in html
@@ -320,7 +320,7 @@ def test_urdf_export_round_trip_and_refusal(tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 def _scn(**arm_extra):
-    from identify.app.scenario import scenario_from_dict
+    from identify.app.scenario_load import scenario_from_dict
     arm = {"urdf": str(ROOT / "assets" / "cobot6.urdf"),
            "drives": str(ROOT / "assets" / "cobot6_drives.yaml"), **arm_extra}
     return scenario_from_dict({"arm": arm, "trajectories": json.loads(json.dumps(FAST_TRAJ))})

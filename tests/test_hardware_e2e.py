@@ -306,7 +306,7 @@ def test_dead_loop_caught_by_watchdogs(veth, emulator, tmp_path):
 
 # -- the identification over the bus ---------------------------------------------------------------
 def _scenario(backend, **extra):
-    from identify.app.scenario import scenario_from_dict
+    from identify.app.scenario_load import scenario_from_dict
     d = {"name": "e2e-bus", "backend": backend,
          "arm": {"urdf": str(URDF), "drives": str(DRIVES), "description": str(ROOT / "assets" / "cobot6.yaml")},
          "trajectories": {"excitation": {"harmonics": 4, "period_s": 6.0, "grid": 60, "starts": 1,

@@ -31,7 +31,7 @@ def twin_recordings(tmp_path_factory):
     """Excitation and validation recordings of the twin (tiny trajectories), saved as NPZ."""
     import os
     from identify.app.pipeline import build_model, record, trajectories
-    from identify.app.scenario import scenario_from_dict
+    from identify.app.scenario_load import scenario_from_dict
     cache = tmp_path_factory.getbasetemp() / "twinid_cache"
     old = os.environ.get("TWINID_CACHE")
     os.environ["TWINID_CACHE"] = str(cache)

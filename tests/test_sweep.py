@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from identify.app.scenario import scenario_from_dict
+from identify.app.scenario_load import scenario_from_dict
 from identify.app.sweep import NOISE_SETTINGS, grid, run_sweep
 from conftest import tiny_scenario
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from identify.model.drives import DRIVE_KEYS as _DRIVE_KEY_MAP, load_drives
-from identify.app.scenario import payload_problem
+from identify.model.payload import payload_problem
 
 #: Keys of one joint entry in the drives YAML (all SI, link side unless noted); the one reader of
 #: that file is :func:`identify.model.drives.load_drives`.

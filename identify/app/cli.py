@@ -131,7 +131,7 @@ def classify(exc: BaseException) -> int | None:
 
 
 def _dispatch(args) -> str | None:
-    from .scenario import load_scenario
+    from .scenario_load import load_scenario
     if args.command == "report":
         from .report import build_report
         if not os.path.isdir(args.dir):

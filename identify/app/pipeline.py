@@ -23,6 +23,7 @@ violation, or an unarmed hardware backend) raises :class:`SafetyRefusal` (CLI ex
 from __future__ import annotations
 
 import dataclasses
+from identify.model.payload import payload_in_model_frame
 import datetime as _dt
 import json
 import math
@@ -43,7 +44,7 @@ from .scenario import Scenario, TrajectorySpec
 __all__ = ["SafetyRefusal", "RunResult", "Identification", "build_model", "make_problem",
            "get_trajectory", "record", "identify_recordings", "run_scenario", "fit_scenario",
            "trajectories_only", "run_folder", "cache_dir", "preflight", "true_link_parameters",
-           "twin_settings", "payload_in_model_frame", "perturbed_inertials", "prior_parameters"]
+           "twin_settings", "perturbed_inertials", "prior_parameters"]
 
 PAPER_IMPROVEMENT = {"excitation": -59.58, "validation": -7.52}
 
@@ -302,35 +303,12 @@ def twin_settings(scn: Scenario, recs: dict | None = None) -> dict | None:
             return dict(meta["settings"])
     try:
         from importlib import import_module
-        from .scenario import SETTINGS_VALIDATORS
+        from .scenario_checks import SETTINGS_VALIDATORS
         mod, cls, meth = SETTINGS_VALIDATORS["twin"]
         obj = getattr(getattr(import_module(mod), cls), meth)(dict(scn.twin))
         return obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
     except Exception:  # noqa: BLE001 -- the twin package is not installed
         return None
-
-
-def payload_in_model_frame(urdf, model, payload) -> np.ndarray:
-    """Standard 10-vector of a flange payload in the frame of the model's last link.
-
-    The twin fixes the payload to the child link of the URDF's last moving joint (the flange
-    frame). When the model is a joint subset that leaves out the last joints, they are locked at
-    zero and the payload is carried by the model's last link: its 10-vector is moved through the
-    chain's placements (identify.model.spatial.combine_inertials)."""
-    from identify.model.spatial import combine_inertials, params_from_inertial
-    from identify.model.urdf import load_chain
-    Ixx, Iyy, Izz, Ixy, Ixz, Iyz = payload.inertia_kgm2
-    I_c = np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]])
-    p_flange = params_from_inertial(payload.mass_kg, np.asarray(payload.com_m, float), I_c)
-    full = load_chain(urdf)
-    last = model.joint_names[-1]
-    if last not in full.joint_names:
-        raise ValueError(f"{urdf}: the model's last joint {last!r} is not a moving joint of the URDF")
-    k = list(full.joint_names).index(last)
-    T = np.eye(4)
-    for i in range(k + 1, len(full.joint_names)):   # locked at q = 0: joint i in joint i-1's frame
-        T = T @ full.placements[i]
-    return combine_inertials([(T, p_flange)])
 
 
 def true_link_parameters(scn: Scenario, model, settings: dict | None = None) -> dict | None:

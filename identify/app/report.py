@@ -23,6 +23,8 @@ from pathlib import Path
 
 import yaml
 
+from identify.common.fileio import atomic_write_text
+
 __all__ = ["build_report", "PAPER", "render_markdown", "render_html"]
 
 # The paper's figures (reference README): motor-torque RMS [N*m] and the reduction [%].
@@ -379,12 +381,6 @@ def build_report(folder: str | os.PathLike) -> list[Path]:
     blocks = _blocks(folder, metrics, params, scenario)
     md = folder / "report.md"
     ht = folder / "report.html"
-    _atomic_text(md, render_markdown(blocks))
-    _atomic_text(ht, render_html(blocks, folder, f"twinid run {metrics.get('name', folder.name)}"))
+    atomic_write_text(md, render_markdown(blocks))
+    atomic_write_text(ht, render_html(blocks, folder, f"twinid run {metrics.get('name', folder.name)}"))
     return [md, ht]
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

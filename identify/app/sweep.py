@@ -414,7 +414,9 @@ def _fmt(s: dict) -> str:
 
 
 def _write_summary_docs(folder: Path, summary: dict, plots: list) -> None:
-    from .report import _atomic_text, render_html, render_markdown
+    from identify.common.fileio import atomic_write_text
+
+    from .report import render_html, render_markdown
     head = ["combine", "channel", "level", "runs"] + [METRICS[k][0] for k in METRICS]
     rows = []
     for r in summary["points"]:
@@ -429,5 +431,5 @@ def _write_summary_docs(folder: Path, summary: dict, plots: list) -> None:
               ("table", head, rows)]
     for p in plots:
         blocks.append(("img", os.path.relpath(p, folder), p.stem.replace("_", " ")))
-    _atomic_text(folder / "summary.md", render_markdown(blocks))
-    _atomic_text(folder / "summary.html", render_html(blocks, folder, "twinid sweep"))
+    atomic_write_text(folder / "summary.md", render_markdown(blocks))
+    atomic_write_text(folder / "summary.html", render_html(blocks, folder, "twinid sweep"))

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
+from identify.common.fileio import atomic_savez
 from identify.common.jsonutil import to_jsonable
 
 FORMAT_VERSION = 1
@@ -116,7 +116,7 @@ class Recording:
         """Write atomically to a single .npz file; returns the path."""
         path = Path(path)
         arrays = _to_arrays(self)
-        _atomic_savez(path, arrays)
+        atomic_savez(path, arrays)
         return path
 
     @staticmethod
@@ -163,21 +163,6 @@ def _from_arrays(data: dict[str, np.ndarray], where: str) -> Recording:
     return Recording(t=data["t"], rate_hz=float(header["rate_hz"]),
                      joint_names=list(header["joint_names"]), meta=header.get("meta", {}),
                      truth=truth, **kw)
-
-
-def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class ChunkWriter:

@@ -5,7 +5,9 @@ import hashlib
 import json
 from pathlib import Path
 import numpy as np
-from .fourier import FourierTrajectory, _atomic_write, _plain
+from identify.common.fileio import atomic_write_bytes
+
+from .fourier import FourierTrajectory, _plain
 from .problem import CACHE_VERSION, ExcitationResult
 
 
@@ -43,7 +45,7 @@ def _save_cache(path: Path, res: ExcitationResult) -> None:
          "max_ratio": _plain(res.max_ratio), "starts": _plain(res.starts), "n_base": res.n_base,
          "base_names": list(res.base_names), "problem": res.problem.to_dict(), "seed": res.seed,
          "n_starts": res.n_starts}
-    _atomic_write(path, yaml.safe_dump(_plain(d), sort_keys=False).encode())
+    atomic_write_bytes(path, yaml.safe_dump(_plain(d), sort_keys=False).encode())
 
 
 def _load_cache(path: Path, problem) -> ExcitationResult | None:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from identify.common.fileio import atomic_savez, atomic_write_bytes
 from identify.common.jsonutil import to_jsonable
 
 FORMAT = "twinid-fourier-trajectory"
@@ -236,13 +237,12 @@ class FourierTrajectory:
         if suffix in (".yaml", ".yml"):
             import yaml
             text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
-            _atomic_write(path, text.encode())
+            atomic_write_bytes(path, text.encode())
         elif suffix == ".npz":
-            from identify.backend.recording import _atomic_savez
             arrays = {"header": np.frombuffer(json.dumps(self.to_dict()).encode(), np.uint8)}
             if rate_hz is not None:
                 arrays.update(self.sample(rate_hz))
-            _atomic_savez(path, arrays)
+            atomic_savez(path, arrays)
         else:
             raise ValueError(f"{path}: unknown trajectory file type {suffix!r} "
                              f"(use .yaml, .yml or .npz)")
@@ -299,20 +299,3 @@ def _plain(o):
     to_jsonable` keeping non-finite floats (YAML writes .inf/.nan and reads them back; unlimited
     joint ranges -inf..inf must round-trip). Kept under this name for identify.excitation.optimizer."""
     return to_jsonable(o, nonfinite="keep", where="trajectory meta")
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    import tempfile
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

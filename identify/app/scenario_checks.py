@@ -1,0 +1,307 @@
+"""Cross-checks of a typed scenario against its files before anything runs: the arm's joints and
+drive files, payload physics, the backend's own settings validator (looked up by name), processing
+settings and the Nyquist limit of the low-pass cut-off."""
+from __future__ import annotations
+import dataclasses
+import importlib
+import math
+from pathlib import Path
+import yaml
+from identify.model.payload import payload_problem
+
+from .scenario import LogSpec, NOISE_ALIASES, Scenario, ScenarioError, TrajectorySpec
+
+
+class _Ctx:
+    """Where we are: file name, the node-line map, the base folder for relative paths."""
+
+    def __init__(self, file: str, lines: dict[tuple, int], base: Path):
+        self.file, self.lines, self.base = file, lines, base
+
+    def line(self, path: tuple) -> int | None:
+        p = tuple(path)
+        while p:
+            if p in self.lines:
+                return self.lines[p]
+            p = p[:-1]
+        return self.lines.get((), None)
+
+    def error(self, path: tuple, message: str) -> ScenarioError:
+        return ScenarioError(self.file, self.line(path), _dotted(path), message)
+
+
+def _dotted(path: tuple) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (("." if out else "") + str(p))
+    return out
+
+
+def _tname(v) -> str:
+    if v is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "a mapping"}.get(type(v), type(v).__name__)
+
+
+def _closest(key: str, options) -> str | None:
+    import difflib
+    m = difflib.get_close_matches(key, list(options), n=1, cutoff=0.6)
+    return m[0] if m else None
+
+
+def _drive_joint_count(scn: Scenario, ctx: _Ctx) -> int | None:
+    if scn.arm.drives is None:
+        return None
+    try:
+        data = yaml.safe_load(scn.arm.drives.read_text())
+        return len(data["joints"])
+    except Exception as exc:
+        raise ctx.error(("arm", "drives"), f"cannot read the drive file {scn.arm.drives}: {exc}")
+
+
+def _check_payload(scn: Scenario, ctx: _Ctx) -> None:
+    pl = scn.arm.payload
+    if pl is None:
+        return
+    prob = payload_problem(pl.mass_kg, pl.com_m, pl.inertia_kgm2)
+    if prob is not None:
+        key = ("arm", "payload") + ((prob[0],) if prob[0] else ())
+        raise ctx.error(key, prob[1])
+
+
+def _check_arm_joints(scn: Scenario, ctx: _Ctx) -> None:
+    """Every name in arm.joints is a moving joint of the URDF (error at the entry's line)."""
+    if scn.arm.joints is None:
+        return
+    from identify.model.urdf import URDFError, load_chain
+    try:
+        urdf_joints = list(load_chain(scn.arm.urdf).joint_names)
+    except (URDFError, OSError) as exc:
+        raise ctx.error(("arm", "urdf"), str(exc)) from None
+    for i, j in enumerate(scn.arm.joints):
+        if j not in urdf_joints:
+            raise ctx.error(("arm", "joints", i), f"unknown joint {j!r}; the URDF {scn.arm.urdf.name} "
+                                                  f"has {urdf_joints}")
+    if len(set(scn.arm.joints)) != len(scn.arm.joints):
+        raise ctx.error(("arm", "joints"), "has repeated joints")
+
+
+def _check_drive_overrides(scn: Scenario, ctx: _Ctx) -> None:
+    """twin.drive_overrides against the drive file, at load (error at the override key's line)."""
+    ov = scn.twin.get("drive_overrides") if isinstance(scn.twin, dict) else None
+    if not ov:
+        return
+    base = ("twin", "drive_overrides")
+    if scn.arm.drives is None:
+        raise ctx.error(base, "drive overrides need arm.drives (the file they override)")
+    from identify.model.drives import DriveFileError, OverrideError, check_overrides, read_drive_file
+    try:
+        entries = read_drive_file(scn.arm.drives)
+    except (DriveFileError, OSError) as exc:
+        raise ctx.error(("arm", "drives"), str(exc)) from None
+    names = None
+    try:
+        from identify.model.urdf import load_chain
+        names = list(load_chain(scn.arm.urdf).joint_names)
+    except Exception:  # noqa: BLE001 -- a bad URDF is reported elsewhere
+        pass
+    try:
+        check_overrides(ov, entries, names)
+    except OverrideError as exc:
+        raise ctx.error(base + exc.path, exc.message) from None
+
+
+def _check_cutoff(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
+    """processing.butter_cutoff_hz below the Nyquist frequency of the processed signal."""
+    proc = scn.processing or {}
+    fc = proc.get("butter_cutoff_hz", 10.0)
+    rate = proc.get("resample_hz") or rate_hz
+    dec = proc.get("decimate", 1) or 1
+    if fc is None or rate is None or not isinstance(fc, (int, float)) or \
+            not isinstance(dec, int) or isinstance(dec, bool) or dec < 1:
+        return
+    nyq = 0.5 * float(rate) / dec
+    if not fc < nyq:
+        key = ("processing", "butter_cutoff_hz") if "butter_cutoff_hz" in proc else ("processing",)
+        raise ctx.error(key, f"cutoff {fc:g} Hz must be below the Nyquist frequency {nyq:g} Hz of "
+                             f"the {float(rate):g} Hz signal" + (f" decimated by {dec}" if dec > 1 else ""))
+
+
+def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
+    _check_payload(scn, ctx)
+    _check_arm_joints(scn, ctx)
+    n = _drive_joint_count(scn, ctx)
+    if scn.arm.joints is not None:
+        n = len(scn.arm.joints)
+    for which in ("excitation", "validation"):
+        t: TrajectorySpec = getattr(scn.trajectories, which)
+        p = ("trajectories", which)
+        if t.source == "file" and t.file is None:
+            raise ctx.error(p + ("source",), "source: file needs the key 'file'")
+        if t.source == "optimize" and t.file is not None:
+            raise ctx.error(p + ("file",), "a trajectory file is only read with source: file")
+        if t.start_deg is not None and n is not None and len(t.start_deg) != n:
+            raise ctx.error(p + ("start_deg",), f"must have one angle per joint ({n}), "
+                                                f"got {len(t.start_deg)}")
+    ex, va = scn.trajectories.excitation, scn.trajectories.validation
+    if ex.source == va.source == "optimize" and ex == va:
+        raise ctx.error(("trajectories", "validation", "seed"), "the validation trajectory would "
+                        "be identical to the excitation trajectory; give it another seed")
+    sw = scn.sweep
+    for k, levels in sw.noise.items():
+        pk = ("sweep", "noise", k)
+        if k not in NOISE_ALIASES:
+            raise ctx.error(pk, f"unknown noise channel; allowed: {', '.join(NOISE_ALIASES)}")
+        if not isinstance(levels, list) or not levels:
+            raise ctx.error(pk, "must be a non-empty list of noise levels")
+        for i, v in enumerate(levels):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ctx.error(pk + (i,), f"noise level must be a finite number >= 0, got {v!r}")
+    if "together" in sw.combine and len({len(v) for v in sw.noise.values()}) > 1:
+        raise ctx.error(("sweep", "combine"), "combine: together needs the same number of levels "
+                        "for every noise channel: " +
+                        ", ".join(f"{k}={len(v)}" for k, v in sw.noise.items()))
+    for which in ("excitation", "validation"):
+        ls: LogSpec | None = getattr(scn.fit, which)
+        if ls is None:
+            continue
+        p = ("fit", which)
+        fmt = ls.format
+        if fmt in ("csv", "npz") and ls.columns is None:
+            raise ctx.error(p + ("format",), f"a {fmt} log needs a 'columns' mapping")
+        if ls.columns is not None:
+            c = ls.columns
+            if c.tau_j is None and c.i_m is None and c.tau_m is None:
+                raise ctx.error(p + ("columns",), "map at least one torque channel: "
+                                "tau_j, i_m (with gains) or tau_m")
+            for ch in ("q", "qd", "tau_j", "i_m", "tau_m"):
+                cols = getattr(c, ch)
+                if isinstance(cols, tuple) and n is not None and len(cols) != n:
+                    raise ctx.error(p + ("columns", ch), f"must list one column per joint ({n}), "
+                                                        f"got {len(cols)}")
+                if isinstance(cols, tuple) and not ls.header and fmt != "npz" and \
+                        any(isinstance(x, str) for x in cols):
+                    raise ctx.error(p + ("columns", ch), "column names need header: true "
+                                                        "(or use 0-based column indices)")
+            if c.i_m is not None and ls.current_gains is None and scn.arm.drives is None:
+                raise ctx.error(p + ("current_gains",), "motor currents need per-joint gains: "
+                                "set current_gains or arm.drives")
+        if ls.current_gains is not None and n is not None and len(ls.current_gains) != n:
+            raise ctx.error(p + ("current_gains",), f"must have one gain per joint ({n}), "
+                                                    f"got {len(ls.current_gains)}")
+        if ls.window_s is not None and not ls.window_s[1] > ls.window_s[0]:
+            raise ctx.error(p + ("window_s",), f"stop must be after start, got {list(ls.window_s)}")
+    if scn.backend == "hardware" and not scn.hardware.iface and not scn.hardware.dry_run:
+        raise ctx.error(("hardware", "iface"), "backend: hardware needs the network interface "
+                                               "(hardware.iface)")
+    _delegate_processing(scn, ctx)
+    if scn.backend == "twin":
+        _check_drive_overrides(scn, ctx)
+        obj = _delegate("twin", scn.twin, ("twin",), ctx)
+        rate = getattr(obj, "sample_rate_hz", None) if obj is not None else \
+            scn.twin.get("sample_rate_hz")
+        if scn.fit.excitation is None and scn.fit.validation is None:   # twin runs only: logs
+            _check_cutoff(scn, ctx, rate)                                # have their own rate
+    for ls in (scn.fit.excitation, scn.fit.validation):
+        if ls is not None and ls.rate_hz is not None:
+            _check_cutoff(scn, ctx, ls.rate_hz)
+    else:
+        _delegate("hardware", scn.hardware.to_settings(), ("hardware",), ctx,
+                  required=bool(scn.hardware.options))
+
+
+def _delegate_processing(scn: Scenario, ctx: _Ctx) -> None:
+    if not scn.processing:
+        return
+    try:
+        mod = importlib.import_module("identify.estimation.processing")
+        cls = mod.ProcessingSettings
+    except (ImportError, AttributeError):
+        raise ctx.error(("processing",), "identify.estimation.processing is not available yet; "
+                                         "remove the processing section") from None
+    _check_keys_types(cls, scn.processing, ("processing",), ctx)
+    try:
+        cls(**scn.processing)
+    except (TypeError, ValueError) as exc:
+        raise ctx.error(_blame(("processing",), scn.processing, str(exc)), str(exc)) from None
+
+
+def _blame(prefix: tuple, d: dict, msg: str) -> tuple:
+    """Best guess of the key an error message is about (the longest key named in it)."""
+    named = [k for k in d if str(k) in msg]
+    return prefix + (max(named, key=lambda k: len(str(k))),) if named else prefix
+
+
+# backend -> "module:Class.method" validating that backend's settings dict (raises ValueError or
+# TypeError naming the key at fault), and the dataclass whose fields define the keys. Imported
+# lazily, by name, only for the backend a scenario selects.
+SETTINGS_VALIDATORS = {
+    "twin": ("twin.config", "TwinSettings", "from_dict"),
+    "hardware": ("robot.config", "HardwareSettings", "from_settings"),
+}
+
+
+def _check_keys_types(cls, d: dict, path: tuple, ctx: _Ctx) -> None:
+    """Unknown keys and obvious type errors of a settings dict whose keys are `cls`'s fields
+    (so the error can point at the key's line). Types follow each field's annotation/default:
+    'object' fields are per-joint (a number or a list of numbers)."""
+    flds = {f.name: f for f in dataclasses.fields(cls)}
+    for k, v in d.items():
+        if k not in flds:
+            close = _closest(str(k), flds)
+            hint = f" (did you mean '{close}'?)" if close else ""
+            raise ctx.error(path + (k,), f"unknown key{hint}; allowed: {', '.join(flds)}")
+        f = flds[k]
+        ann = str(f.type)
+        dflt = f.default
+        if v is None:
+            if "None" in ann or dflt is None or ann == "object":
+                continue
+            raise ctx.error(path + (k,), "must not be null")
+        num = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if ann == "object":
+            ok = num or (isinstance(v, list) and v and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in v))
+            if not ok:
+                raise ctx.error(path + (k,), f"must be a number or a list of numbers (one per "
+                                              f"joint), got {_tname(v)} {v!r}")
+        elif isinstance(dflt, bool) or ann.startswith("bool"):
+            if not isinstance(v, bool):
+                raise ctx.error(path + (k,), f"must be true or false, got {v!r}")
+        elif isinstance(dflt, (int, float)) or ann.split(" ")[0] in ("int", "float"):
+            if not num:
+                raise ctx.error(path + (k,), f"must be a number, got {_tname(v)} {v!r}")
+            if not math.isfinite(v):
+                raise ctx.error(path + (k,), f"must be finite, got {v!r}")
+            if ann.split(" ")[0] == "int" and not isinstance(v, int):
+                raise ctx.error(path + (k,), f"must be an integer, got {v!r}")
+        elif isinstance(dflt, str) or ann.split(" ")[0] == "str":
+            if not isinstance(v, str):
+                raise ctx.error(path + (k,), f"must be a string, got {_tname(v)} {v!r}")
+        elif ann.startswith("dict") and not isinstance(v, dict):
+            raise ctx.error(path + (k,), f"must be a mapping, got {_tname(v)}")
+
+
+def _delegate(backend: str, settings: dict, path: tuple, ctx: _Ctx, required: bool | None = None) -> None:
+    """Validate backend settings with the backend package's own validator, imported by name;
+    returns the validated settings object (None when the validator is not available)."""
+    module, cls_name, method = SETTINGS_VALIDATORS[backend]
+    try:
+        mod = importlib.import_module(module)
+        cls = getattr(mod, cls_name)
+    except (ImportError, AttributeError):
+        if (bool(settings) if required is None else required):
+            raise ctx.error(path, f"cannot check these settings: the {backend} backend's "
+                                  f"{module}.{cls_name} is not available yet") from None
+        return
+    if dataclasses.is_dataclass(cls):
+        _check_keys_types(cls, settings, path, ctx)
+    try:
+        return getattr(cls, method)(dict(settings))
+    except (ValueError, TypeError, KeyError) as exc:
+        msg = str(exc).strip("'\"")
+        for prefix in ("settings: ", "settings."):
+            if msg.startswith(prefix):
+                msg = msg[len(prefix):]
+        raise ctx.error(_blame(path, settings, msg), msg) from None
