@@ -124,7 +124,7 @@ def test_quickstart_run_folder(quick_run):
     # twin runs: the consistent fit's prior is NOT the twin's own truth
     assert m["prior"]["kind"] == "perturbed" and p["prior"]["kind"] == "perturbed"
     # the resolved scenario loads again and names the same experiment
-    from identify.app.scenario_load import load_scenario
+    from identify.scenario.load import load_scenario
     assert load_scenario(out / "scenario.yaml").name == "quickstart"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "<img" in html and "src='plots/" not in html
@@ -320,7 +320,7 @@ def test_urdf_export_round_trip_and_refusal(tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 def _scn(**arm_extra):
-    from identify.app.scenario_load import scenario_from_dict
+    from identify.scenario.load import scenario_from_dict
     arm = {"urdf": str(ROOT / "assets" / "cobot6.urdf"),
            "drives": str(ROOT / "assets" / "cobot6_drives.yaml"), **arm_extra}
     return scenario_from_dict({"arm": arm, "trajectories": json.loads(json.dumps(FAST_TRAJ))})
@@ -333,30 +333,30 @@ def _twin_defaults(**kw) -> dict:
 
 def test_truth_follows_the_twin_settings_and_overrides():
     from identify import RobotModel
-    from identify.app.pipeline import true_link_parameters
+    from identify.app.truth import true_link_parameters
     drives = yaml.safe_load((ROOT / "assets" / "cobot6_drives.yaml").read_text())["joints"]
     model = RobotModel.from_urdf(ROOT / "assets" / "cobot6.urdf")
     scn = _scn()
     t = true_link_parameters(scn, model, _twin_defaults(
         drive_overrides={"joint2": {"link_coulomb_Nm": 0.7, "xi_gf": 0.3}}))
-    assert t["applicable"] == {"stage1": True, "stage2": True}
-    assert t["coulomb"][1] == 0.7 and t["coulomb"][0] == drives[0]["link_coulomb_Nm"]
-    assert t["stage2"]["xi_opp"][1] == pytest.approx(0.3 + drives[1]["xi_sf"])
+    assert t.applicable == {"stage1": True, "stage2": True}
+    assert t.coulomb[1] == 0.7 and t.coulomb[0] == drives[0]["link_coulomb_Nm"]
+    assert t.stage2["xi_opp"][1] == pytest.approx(0.3 + drives[1]["xi_sf"])
     for opt, frag in (({"stribeck": True}, "stribeck"), ({"coulomb_asymmetry": 0.2}, "asymmetry"),
                       ({"friction_drift": -0.2}, "drift")):
         t = true_link_parameters(scn, model, _twin_defaults(**opt))
-        assert t["applicable"] == {"stage1": False, "stage2": False}, opt
-        assert frag in t["not_applicable"]["stage1"][0] and frag in t["not_applicable"]["stage2"][0]
+        assert t.applicable == {"stage1": False, "stage2": False}, opt
+        assert frag in t.not_applicable["stage1"][0] and frag in t.not_applicable["stage2"][0]
     # link friction off: stage 1 stays a constant law (friction 0) even with Stribeck
     t = true_link_parameters(scn, model, _twin_defaults(stribeck=True, link_friction=False))
-    assert t["applicable"]["stage1"] and not t["applicable"]["stage2"]
-    np.testing.assert_array_equal(t["coulomb"], 0.0)
+    assert t.applicable["stage1"] and not t.applicable["stage2"]
+    np.testing.assert_array_equal(t.coulomb, 0.0)
     # rigid joints: no drive at all -> no link friction, no stage-2 truth
     t = true_link_parameters(scn, model, _twin_defaults(drive_model=False))
-    assert t["applicable"] == {"stage1": True, "stage2": False}
-    assert "drive_model" in t["not_applicable"]["stage2"][0]
-    np.testing.assert_array_equal(t["coulomb"], 0.0)
-    np.testing.assert_array_equal(t["viscous"], 0.0)
+    assert t.applicable == {"stage1": True, "stage2": False}
+    assert "drive_model" in t.not_applicable["stage2"][0]
+    np.testing.assert_array_equal(t.coulomb, 0.0)
+    np.testing.assert_array_equal(t.viscous, 0.0)
 
 
 def test_truth_payload_moved_into_the_last_model_link(tmp_path):
@@ -365,7 +365,7 @@ def test_truth_payload_moved_into_the_last_model_link(tmp_path):
     the same joint subset -- the URDF reader merges it into link 5 itself."""
     import xml.etree.ElementTree as ET
     from identify import RobotModel
-    from identify.app.pipeline import true_link_parameters
+    from identify.app.truth import true_link_parameters
     pl = {"mass_kg": 1.5, "com_m": [0.01, -0.02, 0.06], "inertia_kgm2": [0.004, 0.005, 0.003,
                                                                          0.0004, -0.0002, 0.0001]}
     subset = [f"joint{i}" for i in range(1, 6)]
@@ -385,7 +385,7 @@ def test_truth_payload_moved_into_the_last_model_link(tmp_path):
                               f"<child link='payload'/></joint>"))
     tree.write(tmp_path / "with_payload.urdf")
     expected = RobotModel.from_urdf(tmp_path / "with_payload.urdf", subset).inertial_parameters()
-    np.testing.assert_allclose(t["inertial"], expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(t.inertial, expected, rtol=1e-10, atol=1e-12)
     # ... which differs from adding the flange-frame vector to link 5 untransformed
     from identify.model.spatial import params_from_inertial
     I_c = np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]])
@@ -397,7 +397,7 @@ def test_truth_payload_moved_into_the_last_model_link(tmp_path):
 
 def test_perturbed_prior_is_physical_seeded_and_not_the_truth():
     from identify import RobotModel
-    from identify.app.pipeline import perturbed_inertials, prior_parameters
+    from identify.app.prior import perturbed_inertials, prior_parameters
     from identify.model.spatial import pseudo_inertia
     model = RobotModel.from_urdf(ROOT / "assets" / "cobot6.urdf")
     p = model.inertial_parameters()
@@ -414,10 +414,10 @@ def test_perturbed_prior_is_physical_seeded_and_not_the_truth():
     class Rec:
         meta = {"backend": "twin"}
     scn = _scn()
-    prior, info = prior_parameters(scn, model, {"excitation": Rec()})
-    assert info["kind"] == "perturbed" and not np.allclose(prior, p)
-    prior, info = prior_parameters(scn, model, {})
-    assert info["kind"] == "urdf" and np.array_equal(prior, p)
+    prior = prior_parameters(scn, model, {"excitation": Rec()})
+    assert prior.kind == "perturbed" and not np.allclose(prior.inertial, p)
+    prior = prior_parameters(scn, model, {})
+    assert prior.kind == "urdf" and np.array_equal(prior.inertial, p)
     import dataclasses
     scn_none = dataclasses.replace(scn, identification=dataclasses.replace(
         scn.identification, prior="none"))

@@ -306,7 +306,7 @@ def test_dead_loop_caught_by_watchdogs(veth, emulator, tmp_path):
 
 # -- the identification over the bus ---------------------------------------------------------------
 def _scenario(backend, **extra):
-    from identify.app.scenario_load import scenario_from_dict
+    from identify.scenario.load import scenario_from_dict
     d = {"name": "e2e-bus", "backend": backend,
          "arm": {"urdf": str(URDF), "drives": str(DRIVES), "description": str(ROOT / "assets" / "cobot6.yaml")},
          "trajectories": {"excitation": {"harmonics": 4, "period_s": 6.0, "grid": 60, "starts": 1,
@@ -323,7 +323,10 @@ def test_identification_over_bus_matches_twin(veth, emulator, tmp_path):
     drives run the PyBullet twin) give the same parameters as `backend: twin`, within noise: the
     parameter differences (in units of their combined standard error) are no larger than between
     two twin runs that differ only in the noise seed."""
-    from identify.app.pipeline import build_model, get_trajectory, identify_recordings, record
+    from identify.app.acquisition import record
+    from identify.app.identification import identify_recordings
+    from identify.app.pipeline import build_model
+    from identify.app.trajectories import get_trajectory
     s_twin = _scenario("twin", twin={"sample_rate_hz": 100, "seed": 0})
     model = build_model(s_twin)
     terms = s_twin.identification.friction_terms
@@ -348,6 +351,6 @@ def test_identification_over_bus_matches_twin(veth, emulator, tmp_path):
         z_hw, z_seed = zmax("twin", "hw", name), zmax("twin", "twin1", name)
         print(f"{name}: max |z| bus vs twin {z_hw:.2f}, twin seed 0 vs seed 1 {z_seed:.2f}")
         assert z_hw < max(3.0, 2.0 * z_seed), (name, z_hw, z_seed)
-    r_t = ident["twin"].metrics["rms"]
-    r_h = ident["hw"].metrics["rms"]
+    r_t = ident["twin"].validation.rms
+    r_h = ident["hw"].validation.rms
     assert r_t.keys() == r_h.keys()

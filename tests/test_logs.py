@@ -1,4 +1,4 @@
-"""CSV / NPZ log import (identify.app.logs) and `twinid fit`.
+"""CSV / NPZ log import (identify.logs.load) and `twinid fit`.
 
 The proof: a headerless CSV written from twin data -- currents with per-joint gains instead of
 motor torques, irregular time stamps -- gives the same parameters as fitting the recording
@@ -15,9 +15,9 @@ import yaml
 from scipy.interpolate import CubicSpline
 
 from identify.app.cli import main
-from identify.app.logs import LogError, gains_from_drives, load_log
+from identify.logs.load import LogError, gains_from_drives, load_log
 from identify.backend.recording import Recording
-from identify.app.scenario import ColumnMap, LogSpec
+from identify.scenario.spec import ColumnMap, LogSpec
 from conftest import tiny_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +30,10 @@ TINY = tiny_scenario("tiny", twin={"seed": 3}, outputs={"plots": False, "report"
 def twin_recordings(tmp_path_factory):
     """Excitation and validation recordings of the twin (tiny trajectories), saved as NPZ."""
     import os
-    from identify.app.pipeline import build_model, record, trajectories
-    from identify.app.scenario_load import scenario_from_dict
+    from identify.app.acquisition import record
+    from identify.app.pipeline import build_model
+    from identify.app.trajectories import trajectories
+    from identify.scenario.load import scenario_from_dict
     cache = tmp_path_factory.getbasetemp() / "twinid_cache"
     old = os.environ.get("TWINID_CACHE")
     os.environ["TWINID_CACHE"] = str(cache)

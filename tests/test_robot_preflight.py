@@ -24,8 +24,8 @@ def test_settings_expose_interlock_state():
 def test_scenario_loader_settings_show_refusal():
     """The scenario layer validates `hardware:` with HardwareSettings.from_settings (identify's
     SETTINGS_VALIDATORS); the object it gets back already knows the run will be refused."""
-    from identify.app.scenario_checks import SETTINGS_VALIDATORS
-    from identify.app.scenario_load import scenario_from_dict
+    from identify.scenario.checks import SETTINGS_VALIDATORS
+    from identify.scenario.load import scenario_from_dict
     mod, cls, meth = SETTINGS_VALIDATORS["hardware"]
     assert (mod, cls, meth) == ("robot.config", "HardwareSettings", "from_settings")
     scn = scenario_from_dict({"arm": {"urdf": ARM["urdf"], "drives": ARM["drives"]},

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from identify.app.cli import main
-from identify.app.scenario import ScenarioError, schema_table
-from identify.app.scenario_load import load_scenario, scenario_from_dict
+from identify.scenario.spec import ScenarioError, schema_table
+from identify.scenario.load import load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 URDF = ROOT / "assets" / "cobot6.urdf"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from identify.app.scenario_load import scenario_from_dict
+from identify.scenario.load import scenario_from_dict
 from identify.app.sweep import NOISE_SETTINGS, grid, run_sweep
 from conftest import tiny_scenario
 
@@ -113,7 +113,7 @@ def test_killed_sweep_resumes_without_redoing(tmp_path):
     assert again.ran == [] and len(again.skipped) == 3
     # the folder refuses a sweep of a different experiment
     other = dict(scn_dict, twin={"sample_rate_hz": 200, "settle_s": 0.1})
-    from identify.app.cli import InputError
+    from identify.common.errors import InputError
     with pytest.raises(InputError, match="different scenario"):
         run_sweep(scenario_from_dict(other), out=out, workers=1)
 

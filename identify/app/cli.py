@@ -28,19 +28,16 @@ import sys
 import traceback
 
 from identify.common import progress
-from .scenario import ScenarioError
+from identify.common.errors import InputError
+from identify.scenario.spec import ScenarioError
 
 EXIT_OK, EXIT_INPUT, EXIT_RUNTIME, EXIT_SAFETY, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 
 
 # exceptions of other modules that mean "the request cannot be satisfied as given" (exit 2):
-# an infeasible trajectory request (identify.excitation.optimizer), an unreadable log (identify.app.logs),
+# an infeasible trajectory request (identify.excitation.optimizer), an unreadable log (identify.logs.load),
 # a URDF that is not a serial revolute chain (identify.model.urdf).
 _INPUT_ERRORS = ("ExcitationInfeasible", "LogError", "URDFError")
-
-
-class InputError(ValueError):
-    """Bad user input other than the scenario file (exit code 2)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -131,7 +128,7 @@ def classify(exc: BaseException) -> int | None:
 
 
 def _dispatch(args) -> str | None:
-    from .scenario_load import load_scenario
+    from identify.scenario.load import load_scenario
     if args.command == "report":
         from .report import build_report
         if not os.path.isdir(args.dir):

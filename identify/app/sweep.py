@@ -1,6 +1,6 @@
 """Noise-sensitivity sweeps: a grid of sensor-noise levels x Monte Carlo seeds on the twin.
 
-    from identify.app.scenario import load_scenario
+    from identify.scenario.spec import load_scenario
     from identify.app.sweep import run_sweep
     res = run_sweep(load_scenario("scenarios/noise_sweep.yaml"), out="runs/sweep1")
     res.folder, res.summary
@@ -26,7 +26,6 @@ Outputs: ``sweep.yaml`` (the resolved scenario), ``runs/*.json``, ``summary.json
 from __future__ import annotations
 
 import concurrent.futures as cf
-from concurrent.futures.process import BrokenProcessPool
 import datetime as _dt
 import hashlib
 import json
@@ -34,6 +33,7 @@ import multiprocessing as mp
 import os
 import re
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +41,15 @@ import numpy as np
 import yaml
 
 from identify.common import progress
-from .scenario import NOISE_ALIASES, Scenario
+from identify.common.errors import InputError
+from identify.scenario.spec import NOISE_ALIASES, Scenario
+
+from .acquisition import record
+from .identification import identify_recordings
+from .pipeline import build_model
+from .render import sweep_record
+from .runfolder import resolved_scenario
+from .trajectories import trajectories
 
 __all__ = ["NOISE_SETTINGS", "SweepTask", "SweepResult", "grid", "run_task", "run_sweep",
            "summarize"]
@@ -109,7 +117,6 @@ _MODEL_CACHE: dict = {}
 
 
 def _model(scn: Scenario):
-    from .pipeline import build_model
     key = (str(scn.arm.urdf), scn.arm.joints, str(scn.arm.description))
     if key not in _MODEL_CACHE:
         _MODEL_CACHE[key] = build_model(scn)
@@ -117,25 +124,15 @@ def _model(scn: Scenario):
 
 
 def run_task(scn: Scenario, trajs: dict, task: SweepTask) -> dict:
-    """Run one sweep task; returns its JSON-able result (no files written here)."""
-    from .pipeline import _plain, identify_recordings, record
+    """Run one sweep task; returns its JSON-able record (no files written here)."""
     progress.set_quiet(True)      # workers never draw bars; the driver shows the sweep's bar
     t0 = time.perf_counter()
     model = _model(scn)
     recs = record(scn, trajs, model=model, settings=task.settings(scn.twin), show=False)
     ident = identify_recordings(scn, model, recs, decompose=False)
-    m = ident.metrics
-    pe = m.get("parameter_errors", {}).get("improved_stage1", {})
-    out = {"run_id": task.run_id, "levels": dict(task.levels), "seed": task.seed,
-           "rms_overall": {t: {k: v["overall"] for k, v in r.items()} for t, r in m["rms"].items()},
-           "improvement_percent": m.get("improvement_percent", {}),
-           "parameter_errors": {k: pe.get(k) for k in ("count", "within_3sigma",
-                                                       "median_abs_error_percent",
-                                                       "max_abs_error_percent",
-                                                       "rel_error_percent")},
-           "cond_W_measured": m.get("cond_W_measured"),
-           "time_s": time.perf_counter() - t0, "host": os.uname().nodename, "pid": os.getpid()}
-    return _plain(out)
+    return sweep_record(ident, run_id=task.run_id, levels=task.levels, seed=task.seed,
+                        time_s=time.perf_counter() - t0, host=os.uname().nodename,
+                        pid=os.getpid())
 
 
 def _run_task_star(args):
@@ -168,7 +165,6 @@ def _atomic_json(path: Path, data) -> None:
 
 
 def _prepare_folder(scn: Scenario, out) -> Path:
-    from .cli import InputError
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", scn.name)
@@ -184,7 +180,6 @@ def _prepare_folder(scn: Scenario, out) -> Path:
             raise InputError(f"{folder}: this sweep folder was made with a different scenario "
                              f"(arm, backend settings, trajectories, processing or identification "
                              f"differ); use another --out folder")
-    from .pipeline import resolved_scenario
     tmp = meta.with_name(meta.name + ".partial")
     tmp.write_text(yaml.safe_dump({"fingerprint": fp, "scenario": resolved_scenario(scn)},
                                   sort_keys=False))
@@ -206,8 +201,6 @@ def _finished(folder: Path) -> set:
 def run_sweep(scn: Scenario, out=None, *, dask_address: str | None = None,
               workers: int | None = None) -> SweepResult:
     """Run (or resume) the scenario's noise sweep; see the module docstring."""
-    from .cli import InputError
-    from .pipeline import build_model, trajectories
     if scn.backend != "twin":
         raise InputError("a noise sweep needs backend: twin (it sets the twin's sensor noise)")
     sw = scn.sweep

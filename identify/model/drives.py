@@ -3,7 +3,7 @@
 A drive file lists, per joint in joint order, the transmission and friction parameters that are
 not rigid-body inertia (see the comments in ``assets/cobot6_drives.yaml``). Everything that needs
 them -- the twin (:mod:`twin.config`), the pipeline's ground truth (:mod:`identify.app.pipeline`) and
-the log importer's current gains (:mod:`identify.app.logs`) -- reads them here.
+the log importer's current gains (:mod:`identify.logs.load`) -- reads them here.
 
     from identify.model.drives import load_drives
     d = load_drives("assets/cobot6_drives.yaml", ["joint1", "joint2"],

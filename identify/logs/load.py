@@ -1,6 +1,6 @@
 """Import recordings made elsewhere: our NPZ recordings, or CSV / NPZ logs with a column map.
 
-A :class:`~identify.app.scenario.LogSpec` (the ``fit:`` section of a scenario) says where each signal
+A :class:`~identify.scenario.spec.LogSpec` (the ``fit:`` section of a scenario) says where each signal
 is: time, joint positions, optional velocities, joint torques and/or motor currents (turned into
 link-side motor torque with per-joint gains eta*beta [N*m/A]) or motor torques. Columns are 0-based
 indices (CSV), names from a header row (CSV, ``header: true``) or array keys (NPZ: one (N, n) array
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from identify.backend.recording import Recording
-from .scenario import ColumnMap, LogSpec
+from identify.scenario.spec import ColumnMap, LogSpec
 from identify.estimation.signal import is_uniform, resample_uniform
 
 __all__ = ["LogError", "load_log", "gains_from_drives", "CHANNELS"]

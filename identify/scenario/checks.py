@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from identify.model.payload import payload_problem
 
-from .scenario import LogSpec, NOISE_ALIASES, Scenario, ScenarioError, TrajectorySpec
+from .spec import LogSpec, NOISE_ALIASES, Scenario, ScenarioError, TrajectorySpec
 
 
 class _Ctx:

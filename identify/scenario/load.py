@@ -1,4 +1,4 @@
-"""Reading a scenario file into typed :class:`~identify.app.scenario.Scenario` data: YAML with line
+"""Reading a scenario file into typed :class:`~identify.scenario.spec.Scenario` data: YAML with line
 numbers, strict conversion of every key to its declared type and range, and the one-line error
 ``file:line: key.path: message``."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 import yaml
-from .scenario import Scenario, ScenarioError, _hints
-from .scenario_checks import _Ctx, _closest, _cross_checks, _dotted, _tname
+from .spec import Scenario, ScenarioError, _hints
+from .checks import _Ctx, _closest, _cross_checks, _dotted, _tname
 
 
 def _node_lines(node, path=(), out=None, ctx_file="") -> dict[tuple, int]:

@@ -1,0 +1,227 @@
+"""Stages 4-6 of the pipeline on recordings {'excitation', ['validation']}:
+
+    process -> fit (simplified / improved joint models) -> truth (twin runs) -> validate
+            -> parameter errors -> prior -> export (full parameters for the URDF)
+
+each a small function over the types of :mod:`identify.app.results`; :func:`identify_recordings`
+runs them in that order. Rendering to files is :mod:`identify.app.render`'s job."""
+from __future__ import annotations
+
+import numpy as np
+
+from identify.common import progress
+from identify.estimation.consistency import ConsistentFit
+from identify.estimation.design import design_from
+from identify.estimation.improved import ImprovedModel
+from identify.estimation.processing import ProcessingSettings, process
+from identify.estimation.simplified import SimplifiedModel
+from identify.model.base_params import compute_base_parameters
+from identify.model.friction import full_regressor
+from identify.model.urdf_export import full_from_base
+from identify.scenario.spec import Scenario
+from identify.validation.parameter_errors import stage2_errors, true_base_parameters
+from identify.validation.validate import validate
+
+from .prior import prior_parameters
+from .results import (Export, Fits, Identification, ModelValidation, Prior, RmsFigure,
+                      TruthComparison)
+from .truth import recorded_settings, true_link_parameters, twin_settings
+
+
+def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = None) -> dict:
+    """label -> Processed (identify.estimation.processing) with the scenario's settings."""
+    ps = ProcessingSettings.from_dict(scn.processing)
+    processed = {}
+    with progress.step("processing", timings):
+        for label, rec in recs.items():
+            if list(rec.joint_names) != list(model.joint_names):
+                raise ValueError(f"{label} recording joints {list(rec.joint_names)} differ from the "
+                                 f"model's {list(model.joint_names)}")
+            processed[label] = process(rec, ps)
+    return processed
+
+
+def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None = None) -> Fits:
+    """The joint models the scenario asks for, fitted on the excitation data. With
+    ``improved_friction_term: auto`` the reducer-friction term is chosen by the stage-2 residual
+    on the identification data only."""
+    ident = scn.identification
+    terms = tuple(ident.friction_terms)
+    d_exc = processed["excitation"]
+    # the models' own design (parallel-filtered Coulomb column), computed once per trajectory
+    W = {label: design_from(model, base, d, terms=terms)[0] for label, d in processed.items()}
+    sm = im = None
+    with progress.step("identification", timings):
+        if ident.joint_model in ("simplified", "both"):
+            if d_exc.tau_m is None:
+                raise ValueError("the simplified model needs the motor torque (tau_m or currents) "
+                                 "in the excitation recording")
+            sm = SimplifiedModel(model, base, ident.estimator, terms=terms).fit(d_exc, W["excitation"])
+        if ident.joint_model in ("improved", "both"):
+            if d_exc.tau_j is None or d_exc.tau_m is None:
+                raise ValueError("the improved model needs joint torques (tau_j) and motor torques "
+                                 "(tau_m or currents) in the excitation recording")
+            ft = ident.improved_friction_term
+            im = ImprovedModel(model, base, ident.estimator,
+                               friction_term="linear" if ft == "auto" else ft,
+                               terms=terms).fit(d_exc, W["excitation"])
+            if ft == "auto":
+                best = im.compare_friction_terms_["better"] or "linear"
+                if best != "linear":
+                    im = ImprovedModel(model, base, ident.estimator, friction_term=best,
+                                       terms=terms).fit(d_exc, W["excitation"])
+    return Fits(simplified=sm, improved=im, designs=W,
+                improved_requested=ident.improved_friction_term if im is not None else None)
+
+
+def build_truth(scn: Scenario, model, base, recs: dict, warnings: list) -> TruthComparison:
+    """The twin's truth for these recordings and the true base parameters (stage 1), with the
+    reasons a truth does not apply appended to `warnings`."""
+    terms = tuple(scn.identification.friction_terms)
+    cmp = TruthComparison(expected=scn.backend == "twin")
+    try:
+        truth = true_link_parameters(scn, model, twin_settings(scn, recs))
+    except ValueError as exc:
+        warnings.append(f"no parameter truth: {exc}")
+        return cmp
+    if truth is None:
+        return cmp
+    truth.settings_source = "recording" if recorded_settings(recs) else "scenario"
+    cmp.truth = truth
+    for stage, what in (("stage1", "stage-1 parameter"), ("stage2", "stage-2 coefficient")):
+        if not truth.applicable[stage]:
+            warnings.append(f"{what} truth not applicable: "
+                            + "; ".join(truth.not_applicable[stage]))
+    if truth.applicable["stage1"]:
+        try:
+            cmp.base = true_base_parameters(model, base, link_viscous=truth.viscous,
+                                            link_coulomb=truth.coulomb, terms=terms,
+                                            inertial=truth.inertial)
+            cmp.base_note = truth.note
+        except ValueError as exc:
+            warnings.append(f"no parameter truth: {exc}")
+    return cmp
+
+
+def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComparison, *,
+                    decompose: bool = True, timings: dict | None = None) -> ModelValidation:
+    """Predictions and RMS of every fitted model on every trajectory with a motor torque; the
+    improved model's headline route; every reducer-friction variant (closed form); cond of the
+    measured designs."""
+    sm, im, W = fits.simplified, fits.improved, fits.designs
+    route = scn.identification.prediction
+    with_tau_m = {k: d for k, d in processed.items() if d.tau_m is not None}
+    routes = ("closed_form", "eq24") if sm is not None else ("closed_form",)
+    with progress.step("validation", timings):
+        vres = validate(sm, im, with_tau_m, routes=routes, decompose_torque=decompose,
+                        truth_base=truth.base if im is not None else None)
+    head = f"improved_{route}" if route in routes else "improved_closed_form"
+    preds, rms, improvement = {}, {}, {}
+    for label in vres.rms:
+        P = dict(vres.predictions[label])
+        R = {m: RmsFigure(np.asarray(v), float(vres.rms_overall[label][m]))
+             for m, v in vres.rms[label].items()}
+        if im is not None:
+            P["improved"], R["improved"] = P[head], R[head]
+            d = processed[label]
+            if d.tau_j is not None:
+                R["stage1_tau_j"] = RmsFigure.of(im.predict_tau_r(d, W[label]) - d.tau_j)
+        preds[label], rms[label] = P, R
+        if head in vres.change.get(label, {}):
+            improvement[label] = float(vres.change[label][head])
+    variants = {}
+    if im is not None:
+        for v in im.stage2_all_:
+            variants[v] = {label: RmsFigure.of(
+                im.predict(processed[label], route="closed_form", W=W[label], variant=v)
+                - processed[label].tau_m).overall for label in vres.rms}
+    cond = {label: float(np.linalg.cond(w.reshape(-1, w.shape[-1]))) for label, w in W.items()}
+    return ModelValidation(result=vres, headline_route=head, predictions=preds, rms=rms,
+                           improvement=improvement, variants_rms=variants, cond_measured=cond)
+
+
+def parameter_errors(fits: Fits, validation: ModelValidation, truth: TruthComparison,
+                     warnings: list) -> None:
+    """Fill ``truth.errors``: stage-1 base parameters (from the validation) and stage-2 drive
+    coefficients against the twin's drive truth. Coefficients without a std (xi not identified,
+    noise-dominated column) are skipped with the reason."""
+    im = fits.improved
+    if im is None:
+        return
+    pe = validation.result.parameter_errors.get("stage1")
+    if pe is not None:
+        truth.errors["improved_stage1"] = pe
+    if stage2_truth(fits, truth) is not None:
+        try:
+            truth.errors["improved_stage2"] = stage2_errors(im.stage2_, truth.truth.stage2)
+        except ValueError as exc:
+            warnings.append(f"stage-2 parameter errors: {exc}")
+
+
+def stage2_truth(fits: Fits, truth: TruthComparison) -> np.ndarray | None:
+    """(n, k) drive truth in the order of the fitted stage-2 coefficients, when it applies (a
+    twin truth for stage 2 and a fitted variant the twin's law can be compared with)."""
+    im, t = fits.improved, truth.truth
+    if im is None or t is None or not t.applicable["stage2"] or im.stage2_.variant == "linear":
+        return None
+    s2 = im.stage2_
+    return np.array([[t.stage2[nm][j] for nm in s2.names] for j in range(len(s2.joints))])
+
+
+def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: Prior,
+               timings: dict | None = None) -> Export | None:
+    """Full parameters for the URDF: the physically consistent fit (when asked for), else the
+    parameters closest to the prior with the identified base parameters. None without a model."""
+    terms = tuple(scn.identification.friction_terms)
+    sm, im = fits.simplified, fits.improved
+    src = im if im is not None else sm
+    if src is None:
+        return None
+    d_exc = processed["excitation"]
+    y_label = "tau_j" if im is not None else "tau_m"
+    consistent, full, how = None, None, ""
+    if scn.identification.physical_consistency:
+        with progress.step("physically consistent fit", timings):
+            Wf = full_regressor(model, d_exc.q, d_exc.qd, d_exc.qdd, terms)
+            p0 = None if prior.inertial is None else \
+                np.concatenate([prior.inertial, np.zeros(len(terms) * model.n)])
+            consistent = ConsistentFit(model, base, terms=terms, prior=p0).fit(
+                Wf, getattr(d_exc, y_label))
+        full = np.asarray(consistent.params_, float)
+        how = f"physically consistent fit, prior {prior.kind}"
+    else:
+        p0 = np.concatenate([np.zeros(10 * model.n) if prior.inertial is None else prior.inertial,
+                             np.zeros(len(terms) * model.n)])
+        p_base = np.asarray(src.params_, float)
+        if p_base.size == base.n_base:
+            full = full_from_base(base.E, p_base, p0)
+            how = (f"closest to the {prior.kind} prior's parameters with the identified "
+                   f"base parameters")
+    which = ("improved model stage 1 (torque sensor, link side)" if src is im
+             else "simplified model (motor torque)")
+    if full is None:
+        return Export(None, None, None, f"{which}; no full parameters", consistent, y_label, prior)
+    n = model.n
+    fr = {t: full[10 * n + k * n: 10 * n + (k + 1) * n] for k, t in enumerate(terms)}
+    return Export(inertial=full[:10 * n], viscous=fr.get("viscous"), coulomb=fr.get("coulomb"),
+                  source=f"{which}; {how}", consistent=consistent, consistent_signal=y_label,
+                  prior=prior)
+
+
+def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_truth: bool = True,
+                        decompose: bool = True, timings: dict | None = None) -> Identification:
+    """The identification stages on recordings {'excitation', ['validation']}, in order."""
+    terms = tuple(scn.identification.friction_terms)
+    if base is None:
+        base = compute_base_parameters(model, terms=terms, seed=0)
+    warnings: list = []
+    processed = process_recordings(scn, model, recs, timings)
+    fits = fit_models(scn, model, base, processed, timings)
+    truth = build_truth(scn, model, base, recs, warnings) if want_truth else TruthComparison()
+    validation = validate_models(scn, fits, processed, truth, decompose=decompose, timings=timings)
+    parameter_errors(fits, validation, truth, warnings)
+    prior = prior_parameters(scn, model, recs)
+    export = fit_export(scn, model, base, fits, processed, prior, timings)
+    return Identification(model=model, base=base, terms=terms, processed=processed, fits=fits,
+                          truth=truth, validation=validation, export=export, prior=prior,
+                          warnings=warnings)

@@ -1,0 +1,279 @@
+"""Rendering the run's typed results (:mod:`identify.app.results`) into the documents a run
+writes: ``parameters.yaml`` (:func:`parameters_document`), ``metrics.json``
+(:func:`metrics_document`) and a sweep's per-run record (:func:`sweep_record`). Each key is
+written here and nowhere else; the report (:mod:`identify.app.report`) reads the files back.
+
+Documents are plain dict / list / float data (numpy converted); non-finite floats become null
+when written (identify.common.fileio)."""
+from __future__ import annotations
+
+import numpy as np
+
+from identify.common.jsonutil import to_jsonable
+
+from .identification import stage2_truth
+from .results import Identification, Prior, RmsFigure, RunInfo, TrajectoryInfo
+
+#: the paper's motor-torque RMS [N*m] and relative changes [%] (Table 4 as reconstructed)
+PAPER_RMS_NM = {"excitation": {"simplified": 1.6859, "improved": 0.6815},
+                "validation": {"simplified": 1.7045, "improved": 1.5762}}
+PAPER_IMPROVEMENT = {"excitation": -59.58, "validation": -7.52}
+TARGETS_PERCENT = {"excitation": -60.0, "validation": -40.0}
+
+_NOTE_SIMPLIFIED = ("simplified model: rigid-body base parameters + Coulomb/viscous friction "
+                    "fitted to the motor torque eta*beta*i (the drive's losses are lumped into "
+                    "these parameters, so the twin's link-side truth does not apply).")
+
+
+def _finite_or_none(x) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+# ------------------------------------------------------------------------------------------------
+# building blocks
+# ------------------------------------------------------------------------------------------------
+
+def parameter_table(names, value, std=None, truth=None, poorly_excited=None) -> dict:
+    """YAML-able parameter table: names, value, and when given std with rel_std_percent,
+    poorly_excited flags with their count (the estimator's ``poorly_excited_``: std > |value|),
+    truth with error_percent (null where the truth is 0)."""
+    value = np.asarray(value, float)
+    t = {"names": [str(n) for n in names], "value": value.tolist()}
+    if std is not None:
+        std = np.asarray(std, float)
+        t["std"] = std.tolist()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(value != 0, 100.0 * std / np.abs(value), np.inf)
+        t["rel_std_percent"] = [_finite_or_none(x) for x in rel]
+    if poorly_excited is not None:
+        pe = np.asarray(poorly_excited, bool).reshape(-1)
+        if pe.size != value.size:
+            raise ValueError(f"poorly_excited has {pe.size} flags for {value.size} parameters")
+        t["poorly_excited"] = [bool(x) for x in pe]
+        t["poorly_excited_count"] = int(pe.sum())
+    if truth is not None:
+        truth = np.asarray(truth, float)
+        t["truth"] = truth.tolist()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            err = np.where(truth != 0, 100.0 * (value - truth) / np.abs(truth), np.nan)
+        t["error_percent"] = [_finite_or_none(x) for x in err]
+    return t
+
+
+def error_summary(pe) -> dict:
+    """Summary of a validation.ParameterErrors (count = parameters compared; a parameter without
+    a std is skipped and listed with the reason)."""
+    rel = np.abs(pe.rel_error[np.isfinite(pe.rel_error)])
+    return {"count": int(pe.n), "within_3sigma": int(pe.n_within),
+            "median_abs_error_percent": float(np.median(rel)) if rel.size else None,
+            "max_abs_error_percent": float(np.max(rel)) if rel.size else None,
+            "rel_error_percent": [_finite_or_none(x) for x in pe.rel_error],
+            "z": [_finite_or_none(x) for x in pe.z],
+            "skipped_count": int(pe.n_skipped),
+            "skipped": [{"name": nm, "reason": why} for nm, why in pe.skipped]}
+
+
+def stage2_flags(s2) -> dict:
+    """Per-joint stage-2 diagnostics of a Stage2Result ((n, k+4) lists in ``names`` order unless
+    noted):
+
+    poorly_excited / poorly_excited_count / poorly_excited_names: the joint models' flag (std >
+        |value|, or no std: a NaN std -- fixed xi, noise-dominated column -- counts as poorly
+        excited); a_poorly_excited (n, 5): the same for the paper's a1..a5 (linear variant);
+    noise_dominated / noise_dominated_names: the coefficient's regressor column (tau_r or
+        taudd_r) is more than half sensor noise -- not identifiable, std NaN;
+    eiv_bias: estimated errors-in-variables bias of each coefficient (already in its std);
+    tau_int: integrated autocorrelation time [samples] by which its variance was inflated
+        (NaN for a fixed xi)."""
+    n_c = len(s2.names)
+
+    def per_joint(attr, fill):
+        rows = []
+        for j in s2.joints:
+            v = getattr(j, attr, None)
+            rows.append(np.full(n_c, fill) if v is None else np.asarray(v).reshape(-1))
+        return np.array(rows)
+    pe = np.asarray(s2.poorly_excited, bool)
+    dom = per_joint("noise_dominated", False).astype(bool)
+    out = {"poorly_excited": pe.tolist(), "poorly_excited_count": int(pe.sum()),
+           "poorly_excited_names": list(s2.poorly_excited_names),
+           "noise_dominated": dom.tolist(),
+           "noise_dominated_names": [f"{j.joint}.{nm}" for j, row in zip(s2.joints, dom)
+                                     for nm, bad in zip(j.names, row) if bad],
+           "eiv_bias": per_joint("eiv_bias", 0.0).astype(float).tolist(),
+           "tau_int": per_joint("tau_int", np.nan).astype(float).tolist(),
+           "xi_identified": [bool(j.xi_identified) for j in s2.joints]}
+    ape = s2.a_poorly_excited
+    if ape is not None:
+        out["a_poorly_excited"] = np.asarray(ape, bool).tolist()
+    return out
+
+
+def stage2_document(ident: Identification) -> dict:
+    """The improved model's stage-2 table (also in metrics.json)."""
+    s2 = ident.improved.stage2_
+    d = {"variant": s2.variant, "names": list(s2.names), "joints": [j.joint for j in s2.joints],
+         "params": s2.params.tolist(), "std": s2.std.tolist(), "rms_Nm": s2.rms.tolist()}
+    d.update(stage2_flags(s2))
+    t = ident.truth.truth
+    if t is not None and not t.applicable["stage2"]:
+        d["truth_not_applicable"] = list(t.not_applicable["stage2"])
+    t2 = stage2_truth(ident.fits, ident.truth)
+    if t2 is not None:
+        d["truth"] = t2.tolist()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e2 = np.where(t2 != 0, 100.0 * (s2.params - t2) / np.abs(t2), np.nan)
+        d["error_percent"] = [[_finite_or_none(x) for x in row] for row in e2]
+    if s2.a is not None:
+        d["a"] = s2.a.tolist()
+        d["a_std"] = s2.a_std.tolist()
+    return d
+
+
+def friction_comparison(ident: Identification) -> dict:
+    cmp = ident.improved.compare_friction_terms_
+    return {"rms_Nm": {k: float(v) for k, v in cmp["rms"].items()}, "better": cmp["better"],
+            "note": cmp["note"]}
+
+
+def prior_document(prior: Prior) -> dict:
+    d = {"kind": prior.kind, "requested": prior.requested}
+    if prior.error is not None:
+        d.update(error=prior.error, seed=prior.seed)
+    d["note"] = prior.note
+    return d
+
+
+def rms_document(r: RmsFigure) -> dict:
+    return {"per_joint": np.asarray(r.per_joint).tolist(), "overall": float(r.overall)}
+
+
+def trajectory_document(info: TrajectoryInfo) -> dict:
+    """A trajectory's facts; fields that do not apply (None) are left out, except a log's
+    ``resampled``."""
+    if info.from_log:
+        return {"source": info.source, "duration_s": info.duration_s, "samples": info.samples,
+                "resampled": info.resampled}
+    keys = ("source", "cond", "solver_time_s", "seed", "starts", "max_ratio", "limits_used",
+            "harmonics", "period_s", "periods", "duration_s", "samples")
+    return {k: getattr(info, k) for k in keys if getattr(info, k) is not None}
+
+
+# ------------------------------------------------------------------------------------------------
+# parameters.yaml
+# ------------------------------------------------------------------------------------------------
+
+def model_tables(ident: Identification) -> dict:
+    """models.simplified / models.improved / models.consistent of parameters.yaml."""
+    sm, im = ident.simplified, ident.improved
+    models: dict = {}
+    if sm is not None:
+        tb = parameter_table(sm.names_, sm.params_, sm.std_,
+                             poorly_excited=getattr(sm.estimator_, "poorly_excited_", None))
+        models["simplified"] = {"rigid_body": {**tb, "note": _NOTE_SIMPLIFIED}}
+    if im is not None:
+        tb = parameter_table(im.names1_, im.params_, im.std_, ident.truth.base,
+                             poorly_excited=getattr(im.stage1_, "poorly_excited_", None))
+        tb["note"] = ("improved model, stage 1: base parameters + link-side friction from the "
+                      "joint torque sensor" + (f" (truth: {ident.truth.base_note})"
+                                               if ident.truth.base is not None else ""))
+        models["improved"] = {"stage1": tb, "stage2": stage2_document(ident),
+                              "friction_term_comparison": friction_comparison(ident)}
+    ex = ident.export
+    if ex is not None and ex.consistent is not None:
+        models["consistent"] = {"full": {
+            **parameter_table(list(ident.base.full_names), ex.consistent.params_),
+            "note": f"physically consistent full parameters fitted to {ex.consistent_signal}; "
+                    f"prior: {ex.prior.kind} ({ex.prior.note})"}}
+    return models
+
+
+def parameters_document(ident: Identification) -> dict:
+    """parameters.yaml."""
+    return {"base_parameters": list(ident.base.names), "friction_terms": list(ident.terms),
+            "models": model_tables(ident), "prior": prior_document(ident.prior)}
+
+
+# ------------------------------------------------------------------------------------------------
+# metrics.json
+# ------------------------------------------------------------------------------------------------
+
+def identification_metrics(ident: Identification, models: dict | None = None) -> dict:
+    """The identification's part of metrics.json (also the source of the sweep records)."""
+    models = model_tables(ident) if models is None else models
+    v = ident.validation
+    pe_counts = {}
+    if "simplified" in models:
+        pe_counts["simplified"] = models["simplified"]["rigid_body"].get("poorly_excited_count")
+    if "improved" in models:
+        pe_counts["improved_stage1"] = models["improved"]["stage1"].get("poorly_excited_count")
+        pe_counts["improved_stage2"] = models["improved"]["stage2"]["poorly_excited_count"]
+    m = {"rms": {label: {name: rms_document(r) for name, r in by_model.items()}
+                 for label, by_model in v.rms.items()},
+         "improvement_percent": dict(v.improvement), "cond_W_measured": dict(v.cond_measured),
+         "n_base": int(ident.base.n_base), "headline_improved_route": v.headline_route,
+         "prior": prior_document(ident.prior), "poorly_excited_count": pe_counts,
+         "validation": {k: val for k, val in v.result.to_dict().items()
+                        if k in ("decomposition_rms", "change_vs_simplified_pct")}}
+    if "improved" in models:
+        m["stage2"] = models["improved"]["stage2"]
+        m["friction_term_comparison"] = models["improved"]["friction_term_comparison"]
+        m["improved_variants_rms_closed_form"] = v.variants_rms
+        m["improved_variant"] = ident.improved.friction_term
+    errs = {}
+    for key, pe in ident.truth.errors.items():
+        errs[key] = error_summary(pe)
+        if key == "improved_stage2":
+            errs[key]["names"] = list(pe.names)
+    if errs:
+        m["parameter_errors"] = errs
+    t = ident.truth.truth
+    if t is not None:
+        m["truth"] = {"applicable": t.applicable, "not_applicable": t.not_applicable,
+                      "settings_source": t.settings_source}
+    elif ident.truth.expected:
+        m["truth"] = {"applicable": {"stage1": False, "stage2": False},
+                      "not_applicable": {"stage1": ["the twin's truth could not be built"],
+                                         "stage2": ["the twin's truth could not be built"]}}
+    return m
+
+
+def metrics_document(run: RunInfo, ident: Identification, models: dict | None = None) -> dict:
+    """metrics.json of a run."""
+    m = {"name": run.name, "description": run.description, "backend": run.backend,
+         "command": run.command, "created": run.created, "host": run.host,
+         "joint_names": list(ident.model.joint_names),
+         **identification_metrics(ident, models),
+         "paper": {"rms_Nm": PAPER_RMS_NM, "improvement_percent": PAPER_IMPROVEMENT,
+                   "targets_percent": TARGETS_PERCENT},
+         "targets_met": {k: bool(val <= TARGETS_PERCENT[k])
+                         for k, val in ident.validation.improvement.items()},
+         "timings_s": run.timings, "files": dict(run.files), "messages": list(run.messages)}
+    if run.trajectories:
+        m["trajectories"] = {k: trajectory_document(i) for k, i in run.trajectories.items()}
+        conds = {k: i.cond for k, i in run.trajectories.items() if i.cond is not None}
+        if conds:
+            m["cond_W"] = conds
+    return m
+
+
+# ------------------------------------------------------------------------------------------------
+# sweep records
+# ------------------------------------------------------------------------------------------------
+
+def sweep_record(ident: Identification, *, run_id: str, levels: dict, seed: int, time_s: float,
+                 host: str, pid: int) -> dict:
+    """One sweep run's JSON record (runs/<run_id>.json)."""
+    m = identification_metrics(ident)
+    pe = m.get("parameter_errors", {}).get("improved_stage1", {})
+    out = {"run_id": run_id, "levels": dict(levels), "seed": seed,
+           "rms_overall": {t: {k: val["overall"] for k, val in r.items()}
+                           for t, r in m["rms"].items()},
+           "improvement_percent": m.get("improvement_percent", {}),
+           "parameter_errors": {k: pe.get(k) for k in ("count", "within_3sigma",
+                                                       "median_abs_error_percent",
+                                                       "max_abs_error_percent",
+                                                       "rel_error_percent")},
+           "cond_W_measured": m.get("cond_W_measured"),
+           "time_s": time_s, "host": host, "pid": pid}
+    return to_jsonable(out)

@@ -1,0 +1,193 @@
+"""The run's data model: what each stage of the pipeline hands to the next, as plain dataclasses.
+
+    scenario -> TrajectoryInfo (per trajectory) -> Recording (backend) -> Identification:
+        processed data, Fits (simplified / improved), TruthComparison (twin runs),
+        ModelValidation (predictions, RMS), Export (full parameters for the URDF)
+
+Nothing here computes; :mod:`identify.app.render` turns these types into ``metrics.json``,
+``parameters.yaml`` and the sweep records, each in one place. Arrays are SI: torques [N*m],
+shapes (N samples, n joints) unless noted."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class TrajectoryInfo:
+    """Facts about one trajectory a backend ran (optimized, loaded from a file or a log).
+
+    cond: cond(W_base) on a grid 10x denser than the optimizer's; max_ratio / limits_used: the
+    optimizer's report (peak |q|, |qd|, |qdd| over the limit; limits actually used)."""
+    label: str
+    source: str
+    cond: float | None = None
+    harmonics: int | None = None
+    period_s: float | None = None
+    periods: int | None = None
+    duration_s: float | None = None
+    solver_time_s: float | None = None
+    seed: int | None = None
+    starts: int | None = None
+    max_ratio: dict | None = None
+    limits_used: dict | None = None
+    samples: int | None = None
+    from_log: bool = False                # read from a log file (twinid fit), not run
+    resampled: object | None = None       # logs: resampling facts of identify.logs
+
+
+@dataclass
+class RmsFigure:
+    """RMS of predicted minus measured torque [N*m]: per_joint (n,), overall (all samples and
+    joints)."""
+    per_joint: np.ndarray
+    overall: float
+
+    @classmethod
+    def of(cls, err: np.ndarray) -> "RmsFigure":
+        """From an error series (N, n)."""
+        err = np.asarray(err, float)
+        return cls(np.sqrt(np.mean(err ** 2, axis=0)), float(np.sqrt(np.mean(err ** 2))))
+
+
+@dataclass
+class Fits:
+    """The fitted joint models and the design matrices they were fitted / predicted with.
+
+    designs: trajectory -> (N, n, p) design of the models (parallel-filtered Coulomb column);
+    improved_requested: the scenario's improved_friction_term ("auto" chose ``improved``'s)."""
+    simplified: object | None
+    improved: object | None
+    designs: dict
+    improved_requested: str | None = None
+
+
+@dataclass
+class Truth:
+    """Ground truth the twin knows (twin runs only).
+
+    inertial (10n,) link-side standard parameters (URDF + payload); viscous, coulomb (n,) link
+    friction; stage2: coefficient name -> (n,) drive truth; applicable / not_applicable: per stage
+    ("stage1", "stage2") whether a constant-parameter truth exists, and why not."""
+    inertial: np.ndarray
+    viscous: np.ndarray
+    coulomb: np.ndarray
+    stage2: dict
+    note: str
+    applicable: dict
+    not_applicable: dict
+    settings_source: str
+
+
+@dataclass
+class TruthComparison:
+    """Identified parameters against the truth: base (p_base,) true base parameters (None when
+    stage-1 truth does not apply); errors: "improved_stage1" / "improved_stage2" ->
+    identify.validation.parameter_errors.ParameterErrors; expected: a truth was asked for (twin)
+    but could not be built."""
+    truth: Truth | None = None
+    base: np.ndarray | None = None
+    base_note: str | None = None
+    errors: dict = field(default_factory=dict)
+    expected: bool = False
+
+
+@dataclass
+class ModelValidation:
+    """Every model on every trajectory.
+
+    result: identify.validation.validate.ValidationResult; headline_route: the improved model's
+    prediction route reported as "improved"; predictions: trajectory -> model -> (N, n);
+    rms: trajectory -> model -> RmsFigure (including "stage1_tau_j", the stage-1 joint-torque fit);
+    improvement: trajectory -> relative change of the headline vs the simplified model [%];
+    variants_rms: reducer-friction variant -> trajectory -> overall RMS [N*m] (closed form);
+    cond_measured: trajectory -> cond of the measured design."""
+    result: object
+    headline_route: str
+    predictions: dict
+    rms: dict
+    improvement: dict
+    variants_rms: dict
+    cond_measured: dict
+
+
+@dataclass
+class Prior:
+    """The prior of the physically consistent fit / the export: inertial (10n,) or None, kind
+    ("none", "urdf", "perturbed"), requested kind, note, and the CAD error and seed when
+    perturbed."""
+    inertial: np.ndarray | None
+    kind: str
+    requested: str
+    note: str
+    error: float | None = None
+    seed: int | None = None
+
+
+@dataclass
+class Export:
+    """Full parameters for the identified URDF: inertial (10n,), viscous / coulomb (n,) or None,
+    source: which model and how the full parameters were chosen; consistent: the physically
+    consistent fit (identify.estimation.consistency.ConsistentFit) when one was made, with the
+    signal it was fitted to."""
+    inertial: np.ndarray | None
+    viscous: np.ndarray | None
+    coulomb: np.ndarray | None
+    source: str
+    consistent: object | None = None
+    consistent_signal: str | None = None
+    prior: Prior | None = None
+
+
+@dataclass
+class Identification:
+    """Everything identified from the excitation recording and checked on the validation one."""
+    model: object
+    base: object
+    terms: tuple
+    processed: dict                      # trajectory -> identify.estimation.processing.Processed
+    fits: Fits
+    truth: TruthComparison
+    validation: ModelValidation
+    export: Export | None
+    prior: Prior
+    warnings: list = field(default_factory=list)
+
+    # read-only shortcuts used by plots, sweeps and tests
+    @property
+    def simplified(self):
+        return self.fits.simplified
+
+    @property
+    def improved(self):
+        return self.fits.improved
+
+    @property
+    def consistent(self):
+        return None if self.export is None else self.export.consistent
+
+    @property
+    def predictions(self) -> dict:
+        return self.validation.predictions
+
+    @property
+    def truth_base(self):
+        return self.truth.base
+
+
+@dataclass
+class RunInfo:
+    """Facts about the run itself (not the identification): scenario name, description, backend
+    (or "logs"), command, creation time, host, trajectories, timings [s], output files, console
+    messages and extra sections."""
+    name: str
+    description: str | None
+    backend: str
+    command: str
+    created: str
+    host: str
+    trajectories: dict = field(default_factory=dict)   # label -> TrajectoryInfo
+    timings: dict = field(default_factory=dict)
+    files: dict = field(default_factory=dict)
+    messages: list = field(default_factory=list)

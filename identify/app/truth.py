@@ -1,0 +1,99 @@
+"""Ground truth the twin knows, for judging an identification on twin data: the link-side rigid
+body (URDF inertia + payload in the model's last link frame), link friction (stage 1) and the
+drive coefficients (stage 2), from the drive file through the one loader (identify.model.drives)
+and the twin's resolved settings."""
+from __future__ import annotations
+
+import dataclasses
+from importlib import import_module
+
+import numpy as np
+
+from identify.model.drives import load_drives
+from identify.model.payload import payload_in_model_frame
+from identify.scenario.checks import SETTINGS_VALIDATORS
+from identify.scenario.spec import Scenario
+
+from .results import Truth
+
+#: twin options under which the twin's friction is not a constant-parameter law, per stage
+_NOT_CONSTANT = {
+    "stribeck": "stribeck: true -- the Coulomb level depends on speed (Stribeck peak)",
+    "coulomb_asymmetry": "coulomb_asymmetry != 0 -- Coulomb friction differs by direction",
+    "friction_drift": "friction_drift != 0 -- Coulomb and viscous friction drift during warm-up",
+}
+
+
+def twin_settings(scn: Scenario, recs: dict | None = None) -> dict | None:
+    """The twin's resolved settings (every key, defaults filled): the ones the twin recorded in
+    ``Recording.meta['settings']`` when available (what it really ran with), else the scenario's
+    ``twin`` section resolved by the twin's own validator (imported by name). None if unknown."""
+    for rec in (recs or {}).values():
+        meta = getattr(rec, "meta", None) or {}
+        if meta.get("backend") == "twin" and isinstance(meta.get("settings"), dict):
+            return dict(meta["settings"])
+    try:
+        mod, cls, meth = SETTINGS_VALIDATORS["twin"]
+        obj = getattr(getattr(import_module(mod), cls), meth)(dict(scn.twin))
+        return obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
+    except Exception:  # noqa: BLE001 -- the twin package is not installed
+        return None
+
+
+def recorded_settings(recs: dict) -> bool:
+    """True when a recording carries the settings its backend ran with."""
+    return any(isinstance((getattr(r, "meta", None) or {}).get("settings"), dict)
+               for r in recs.values())
+
+
+def true_link_parameters(scn: Scenario, model, settings: dict | None = None) -> Truth | None:
+    """The twin's ground truth for `model` under the twin's resolved `settings`
+    (:func:`twin_settings`; None: resolve the scenario's).
+
+    ``applicable`` = {"stage1": bool, "stage2": bool} and ``not_applicable`` = {stage: [reasons]}
+    say when a twin option makes a constant-parameter truth meaningless (Stribeck, Coulomb
+    asymmetry, friction drift on an active friction source; drive_model false for stage 2).
+    None when no truth can be known (hardware, no drive file, twin settings unknown)."""
+    if scn.backend != "twin" or scn.arm.drives is None:
+        return None
+    s = twin_settings(scn) if settings is None else dict(settings)
+    if s is None:
+        return None
+    drv = load_drives(scn.arm.drives, list(model.joint_names), s.get("drive_overrides") or {},
+                      where="twin.drive_overrides")
+    p = model.inertial_parameters()
+    if scn.arm.payload is not None:
+        p = p.copy()
+        p[-10:] += payload_in_model_frame(scn.arm.urdf, model, scn.arm.payload)
+    drive_model = s.get("drive_model", True) is not False
+    on = {k: drive_model and s.get(k, True) is not False
+          for k in ("motor_friction", "harmonic_friction", "link_friction")}
+    lc = drv.array("link_coulomb") * on["link_friction"]
+    lv = drv.array("link_viscous") * on["link_friction"]
+    active = []
+    if s.get("stribeck", False):
+        active.append(_NOT_CONSTANT["stribeck"])
+    if np.any(np.asarray(s.get("coulomb_asymmetry", 0.0) or 0.0, float) != 0):
+        active.append(_NOT_CONSTANT["coulomb_asymmetry"])
+    if float(s.get("friction_drift", 0.0) or 0.0) != 0:
+        active.append(_NOT_CONSTANT["friction_drift"])
+    na = {"stage1": [f"{r} (link friction)" for r in active] if on["link_friction"] else [],
+          "stage2": [f"{r} (motor friction)" for r in active] if on["motor_friction"] else []}
+    if not drive_model:
+        na["stage2"].append("drive_model: false -- the twin has no drive (no motor inertia, "
+                            "friction or compliance; tau_m = tau_j), so there are no stage-2 "
+                            "coefficients to compare with")
+    xi = drv.array("xi") * on["harmonic_friction"]
+    J_r = drv.array("J_r") * drive_model
+    # stage-2 coefficients by name (docs/joint_models.md). The twin's reducer loss always opposes
+    # motion, so its truth is xi_opp = xi_gf + xi_sf (and no linear part).
+    stage2 = {"xi_opp": xi, "xi_lin": np.zeros_like(xi),
+              "f_mc": drv.array("motor_coulomb") * on["motor_friction"],
+              "f_mv": drv.array("motor_viscous") * on["motor_friction"], "J_m": J_r,
+              "J_m/K": J_r / drv.array("stiffness")}
+    note = ("the twin's URDF inertia" + (" + payload" if scn.arm.payload else "")
+            + " and the drive file's link-side friction"
+            + ("" if on["link_friction"] else " (switched off: 0)"))
+    return Truth(inertial=p, viscous=lv, coulomb=lc, stage2=stage2, note=note,
+                 applicable={k: not v for k, v in na.items()}, not_applicable=na,
+                 settings_source="given" if settings is not None else "scenario")
