@@ -421,7 +421,7 @@ def test_perturbed_prior_is_physical_seeded_and_not_the_truth():
     import dataclasses
     scn_none = dataclasses.replace(scn, identification=dataclasses.replace(
         scn.identification, prior="none"))
-    assert prior_parameters(scn_none, model, {"excitation": Rec()})[0] is None
+    assert prior_parameters(scn_none, model, {"excitation": Rec()}).inertial is None
 
 
 def test_preflight_refusal_before_any_trajectory_is_optimized(tmp_path, monkeypatch, capsys):

@@ -213,7 +213,7 @@ def test_serially_correlated_noise_coverage(ref_model):
 
 
 def test_single_thread_blas_restores_thread_counts():
-    from identify.estimation.estimators import _openblas_handles, single_thread_blas
+    from identify.common.blas import _openblas_handles, single_thread_blas
     handles = _openblas_handles()
     if not handles:
         pytest.skip("no OpenBLAS loaded in this process")

@@ -35,12 +35,12 @@ parameter; mismatched shapes -> ValueError with both shapes.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import functools
 
 import numpy as np
 import scipy.linalg as sla
+
+from identify.common.blas import single_thread_blas
 
 __all__ = ["OLS", "WLS", "Ridge", "stack_system", "check_identifiable", "lcurve_corner",
            "integrated_autocorr_time"]
@@ -48,53 +48,6 @@ __all__ = ["OLS", "WLS", "Ridge", "stack_system", "check_identifiable", "lcurve_
 
 # -- BLAS threads ---------------------------------------------------------------------------------
 # (get, set) symbol pairs of the OpenBLAS builds numpy/scipy wheels ship (plain builds last).
-_OPENBLAS_SYMBOLS = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-                     ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
-                     ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-                     ("openblas_get_num_threads", "openblas_set_num_threads"))
-
-
-@functools.lru_cache(maxsize=1)
-def _openblas_handles() -> tuple:
-    """(get, set) thread-count functions of every OpenBLAS loaded in this process (Linux; empty
-    elsewhere or for other BLAS libraries)."""
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = sorted({ln.split()[-1] for ln in fh if "openblas" in ln.lower() and ".so" in ln})
-    except OSError:
-        return ()
-    handles = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for g, s in _OPENBLAS_SYMBOLS:
-            if hasattr(lib, g) and hasattr(lib, s):
-                handles.append((getattr(lib, g), getattr(lib, s)))
-                break
-    return tuple(handles)
-
-
-@contextlib.contextmanager
-def single_thread_blas():
-    """Run the enclosed linear algebra with one OpenBLAS thread, restoring the previous counts.
-
-    The estimators' work is tall-skinny QR in blocks of ~2000 rows and small p x p products, which
-    BLAS threads do not speed up; on a machine whose cores are busy, OpenBLAS threads instead
-    slowed it 20-50x (measured: one 120000 x 50 QR 0.1 s single-threaded vs 2-5 s with two
-    threads on a loaded 2-core machine). No-op where OpenBLAS is not found."""
-    handles = _openblas_handles()
-    old = [int(get()) for get, _ in handles]
-    for _, set_ in handles:
-        set_(1)
-    try:
-        yield
-    finally:
-        for (_, set_), k in zip(handles, old):
-            set_(k)
-
-
 def _one_blas_thread(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -182,7 +182,7 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
                         bp=None) -> ExcitationResult:
     """Optimize a Fourier excitation trajectory for cond(W_base) (see module docstring).
 
-    Runs with one OpenBLAS thread (identify.estimation.estimators.single_thread_blas): the per-iteration
+    Runs with one OpenBLAS thread (identify.common.blas.single_thread_blas): the per-iteration
     products are small (48 x 1200 Gram matrix, 48 x 48 eigen-decomposition), and BLAS threads on
     the busy 2-core machine made the optimizer 2-3x slower (CPU time above wall time).
 
@@ -199,7 +199,7 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
     Raises: :class:`ExcitationInfeasible` naming the constraint when no start finds a feasible
         trajectory or a necessary condition fails; ValueError for malformed settings.
     """
-    from identify.estimation.estimators import single_thread_blas
+    from identify.common.blas import single_thread_blas
     with single_thread_blas():
         return _optimize_excitation(model, problem, seed=seed, n_starts=n_starts,
                                     cache_dir=cache_dir, progress=progress, bp=bp)
