@@ -171,44 +171,35 @@ class TwinBackend:
         stride = int(round(1000.0 / float(s.sample_rate_hz)))
         delay = int(round(float(s.io_delay_s) / dt))
         sample_steps = np.arange(0, N, stride)
-        n_s = sample_steps.size
         # the state is copied as one flat row (TwinSim.snapshot) at the sample instants and, with
         # an I/O delay, at the delayed sensor instants; channels are unpacked in one batch after
         # the run
-        n_src = n_s if delay else 0
-        events: dict[int, list] = {}
-        for j, m in enumerate(sample_steps):
-            events.setdefault(int(m), []).append(j)
-            if delay:
-                events.setdefault(int(m) - delay, []).append(n_s + j)
+        # the state is copied as one flat row (TwinSim.snapshot) at the sample instants and, with
+        # an I/O delay, at the delayed sensor instants; channels are unpacked in one batch after
+        # the run
+        snap_at = np.concatenate([sample_steps, sample_steps - delay]) if delay else sample_steps
 
         self.close()
         self.sim = sim = TwinSim(cfg)
-        raw = np.empty((n_s + n_src, sim.snapshot_size))
+        raw = np.empty((snap_at.size, sim.snapshot_size))
         bar = None
         try:
             sim.reset(q1[0])
-            for _ in range(int(round(s.settle_s / dt))):
-                sim.advance(q1[0])
+            sim.run(np.broadcast_to(q1[0], (int(round(s.settle_s / dt)), n)))
             # sensor reads before t = 0 come from the settled rest state
-            for m in [m for m in events if m < 0]:
-                for r in events.pop(m):
-                    sim.snapshot(raw[r])
+            for r in np.flatnonzero(snap_at < 0):
+                sim.snapshot(raw[r])
             if progress:
                 from tqdm import tqdm
                 bar = tqdm(total=N, desc="twin", unit="ms", mininterval=0.5)
-            get, snap, advance = events.get, sim.snapshot, sim.advance
-            chunk = 4096                 # commands handed over as row lists, a chunk at a time
+            chunk = 4096 if progress else N      # progress: hand over a chunk at a time
             for m0 in range(0, N, chunk):
                 m1 = min(m0 + chunk, N)
-                cmd = list(qc[m0 + 1:m1 + 1])
-                ffl = [None] * (m1 - m0) if ff is None else list(ff[m0 + 1:m1 + 1])
-                for m, q_c, f_c in zip(range(m0, m1), cmd, ffl):
-                    rows = get(m)
-                    if rows is not None:
-                        for r in rows:
-                            snap(raw[r])
-                    advance(q_c, f_c)
+                sel = np.flatnonzero((snap_at >= m0) & (snap_at < m1))
+                rows = np.empty((sel.size, sim.snapshot_size))
+                sim.run(qc[m0 + 1:m1 + 1], None if ff is None else ff[m0 + 1:m1 + 1],
+                        snapshot_at=snap_at[sel] - m0, out=rows)
+                raw[sel] = rows
                 if bar is not None:
                     bar.update(m1 - m0)
         except ValueError as exc:
@@ -218,6 +209,7 @@ class TwinBackend:
                 bar.close()
             sim.close()
             self.sim = None
+        n_s = sample_steps.size
         truth = sim.channels(raw[:n_s])
         src = sim.channels(raw[n_s:]) if delay else truth
 
