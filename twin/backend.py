@@ -17,10 +17,15 @@ subset (then the other joints keep the default).
 A run: the trajectory is evaluated on the 1 kHz control grid and checked (finite, joint position /
 velocity / acceleration limits) before anything moves; the arm is reset at rest at the
 trajectory's start pose, holds it for ``settle_s``, then executes the trajectory ``periods`` times.
-Samples are taken every 1000 / sample_rate_hz steps starting at t = 0; the sensors read the truth
-``io_delay_s`` earlier. ``Recording.qd`` is the drive's reported velocity: the MOTOR velocity
-reflected to the link side (it leads the link velocity by the spring's deflection rate). The recording's ``truth`` holds the true states and every torque
-component at the sample instants (see :data:`twin.sim.STATE_CHANNELS`).
+Samples are taken every 1000 / sample_rate_hz steps starting at t = 0. Sample k is ALIGNED
+(identify.recording defines the instants): every field refers to t_k, the start of the 1 ms
+control period [t_k, t_k + dt) -- positions and velocities at t_k, torques and currents as held
+during that period, qdd the period's acceleration (:meth:`twin.sim.TwinSim.channels`). The
+sensors read that aligned sample ``io_delay_s`` earlier (a deliberate, uniform delay of every
+measured field; truth is never delayed). ``Recording.qd`` is the drive's reported velocity: the
+MOTOR velocity reflected to the link side (it leads the link velocity by the spring's deflection
+rate). The recording's ``truth`` holds the true states and every torque component of the same
+aligned samples (see :data:`twin.state.STATE_CHANNELS`).
 """
 from __future__ import annotations
 
@@ -171,34 +176,35 @@ class TwinBackend:
         stride = int(round(1000.0 / float(s.sample_rate_hz)))
         delay = int(round(float(s.io_delay_s) / dt))
         sample_steps = np.arange(0, N, stride)
-        # the state is copied as one flat row (TwinSim.snapshot) at the sample instants and, with
-        # an I/O delay, at the delayed sensor instants; channels are unpacked in one batch after
-        # the run
-        # the state is copied as one flat row (TwinSim.snapshot) at the sample instants and, with
-        # an I/O delay, at the delayed sensor instants; channels are unpacked in one batch after
-        # the run
-        snap_at = np.concatenate([sample_steps, sample_steps - delay]) if delay else sample_steps
+        # One call of TwinSim.run for the settle periods (hold q1[0], no feed-forward) and the
+        # trajectory. Sample m is the aligned sample of the period starting at t_m (period
+        # n_settle + m of the run, TwinSim.channels), the sensors' delayed reads those of the
+        # periods `delay` earlier; reads before the first period are the reset state at rest.
+        n_settle = int(round(s.settle_s / dt))
+        cmd = np.concatenate([np.broadcast_to(q1[0], (n_settle, n)), qc[1:N + 1]])
+        ffs = None if ff is None else np.concatenate([np.zeros((n_settle, n)), ff[1:N + 1]])
+        periods_at = n_settle + (np.concatenate([sample_steps, sample_steps - delay]) if delay
+                                 else sample_steps)
+        total = n_settle + N
 
         self.close()
         self.sim = sim = TwinSim(cfg)
-        raw = np.empty((snap_at.size, sim.snapshot_size))
+        raw = np.empty((periods_at.size, sim.snapshot_size))
         bar = None
         try:
             sim.reset(q1[0])
-            sim.run(np.broadcast_to(q1[0], (int(round(s.settle_s / dt)), n)))
-            # sensor reads before t = 0 come from the settled rest state
-            for r in np.flatnonzero(snap_at < 0):
+            for r in np.flatnonzero(periods_at < 0):
                 sim.snapshot(raw[r])
             if progress:
                 from tqdm import tqdm
-                bar = tqdm(total=N, desc="twin", unit="ms", mininterval=0.5)
-            chunk = 4096 if progress else N      # progress: hand over a chunk at a time
-            for m0 in range(0, N, chunk):
-                m1 = min(m0 + chunk, N)
-                sel = np.flatnonzero((snap_at >= m0) & (snap_at < m1))
+                bar = tqdm(total=total, desc="twin", unit="ms", mininterval=0.5)
+            chunk = 4096 if progress else total      # progress: hand over a chunk at a time
+            for m0 in range(0, total, chunk):
+                m1 = min(m0 + chunk, total)
+                sel = np.flatnonzero((periods_at >= m0) & (periods_at < m1))
                 rows = np.empty((sel.size, sim.snapshot_size))
-                sim.run(qc[m0 + 1:m1 + 1], None if ff is None else ff[m0 + 1:m1 + 1],
-                        snapshot_at=snap_at[sel] - m0, out=rows)
+                sim.run(cmd[m0:m1], None if ffs is None else ffs[m0:m1],
+                        snapshot_at=periods_at[sel] - m0, out=rows)
                 raw[sel] = rows
                 if bar is not None:
                     bar.update(m1 - m0)
@@ -232,6 +238,10 @@ class TwinBackend:
             "trajectory": {"duration_s": float(trajectory.duration), "periods": periods,
                            "type": type(trajectory).__name__},
             "control_rate_hz": 1.0 / dt,
+            # identify.recording's contract: every field of sample k refers to t_k, the start of
+            # a control period (torques held during it); measured fields io_delay_s earlier
+            "sample_alignment": "period_start",
+            "io_delay_s": delay * dt,
             "omega_dt_max": sim.omega_dt,
             "truth_note": "ground truth of the simulator; identification code must not read it",
         }

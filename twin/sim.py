@@ -299,6 +299,9 @@ class TwinSim(StateReadout):
             X["w"], X["qm"], X["tau_r"], X["integ"], X["qc_prev"])
         Y["tau_m"][:], Y["tau_l"][:], Y["tau_in"][:] = g, g, X["tau_r"]
         Y["v_prev"][:] = qd0
+        # the rest "period" before t = 0: start state = the reset state (snapshot() right after
+        # reset is the aligned sample of the rest pose)
+        Y["q_prev"][:], Y["w_prev"][:], Y["qm_prev"][:], Y["qc_prev"][:] = q0, qd0, qm, q0
         Y["stick_m"][:] = Y["stick_l"][:] = 1.0 if self.enabled else 0.0
         Y["K_eff"][:] = self.K
         self._M = M
@@ -456,9 +459,10 @@ class TwinSim(StateReadout):
             snapshot_at: np.ndarray | None = None, out: np.ndarray | None = None) -> None:
         """Advance ``len(q_cmd)`` control periods in one call: period m gets the command
         q_cmd[m] (N, n) [rad] and feed-forward tau_ff[m] (N, n) [N*m] (None: none), exactly as
-        N calls of :meth:`advance`. snapshot_at (S,) int: period indices; row r of `out`
-        (S, snapshot_size) receives :meth:`snapshot` taken just BEFORE period snapshot_at[r]
-        (indices equal to N: after the last period).
+        N calls of :meth:`advance`. snapshot_at (S,) int: period indices in [0, N); row r of
+        `out` (S, snapshot_size) receives :meth:`snapshot` taken just AFTER period
+        snapshot_at[r] -- the row that :meth:`channels` turns into the aligned sample at the
+        START of that period (state at its start, torques acting during it).
 
         Why: the per-period Python work (argument checks, attribute look-ups, the snapshot
         schedule, list building of the PyBullet results) is what separated the twin from the bare
@@ -480,17 +484,17 @@ class TwinSim(StateReadout):
         snap = np.zeros(0, dtype=int) if snapshot_at is None else np.asarray(snapshot_at, int).reshape(-1)
         if snap.size and (out is None or out.shape != (snap.size, self.snapshot_size)):
             raise ValueError(f"run: out must have shape ({snap.size}, {self.snapshot_size})")
-        if snap.size and (snap.min() < 0 or snap.max() > N):
-            raise ValueError(f"run: snapshot_at must lie within [0, {N}]")
+        if snap.size and (snap.min() < 0 or snap.max() >= N):
+            raise ValueError(f"run: snapshot_at must lie within [0, {N})")
         order = np.argsort(snap, kind="stable")
         sched = [(int(snap[r]), int(r)) for r in order] + [(-1, -1)]      # sentinel
         ip = 0
         if not (self.enabled and self._theta is not None and not self._backlash_on):
             for m in range(N):
+                self.advance(qc[m], None if ffa is None else ffa[m])
                 while sched[ip][0] == m:
                     self.snapshot(out[sched[ip][1]])
                     ip += 1
-                self.advance(qc[m], None if ffa is None else ffa[m])
         else:
             if ffa is None and self._ff_set:
                 self._xff[:] = 0.0
@@ -510,12 +514,6 @@ class TwinSim(StateReadout):
             qs = vs = None
             try:
                 for m in range(N):
-                    while nxt == m:
-                        row = out[sched[ip][1]]
-                        row[:m2] = x[:m2]
-                        row[m2:] = y
-                        ip += 1
-                        nxt = sched[ip][0]
                     xqc[:] = qc[m]
                     if ffa is not None:
                         xff[:] = ffa[m]
@@ -534,14 +532,17 @@ class TwinSim(StateReadout):
                     qs, vs, _, _ = zip(*get_states(body, jidx, physicsClientId=c))
                     put_qv(xb, 0, *qs, *vs)
                     k += 1
+                    while nxt == m:
+                        row = out[sched[ip][1]]
+                        row[:m2] = x[:m2]
+                        row[m2:] = y
+                        ip += 1
+                        nxt = sched[ip][0]
             finally:
                 self.k, self.t = k, k * dt
                 if qs is not None:
                     self._ql, self._vl = list(qs), list(vs)
                     self._ff_set = ffa is not None
-        while sched[ip][0] == N:
-            self.snapshot(out[sched[ip][1]])
-            ip += 1
 
     def _input_error(self, qc, tau_ff):
         """Raise the ValueError for a non-finite command or a bad feed-forward (state untouched)."""
@@ -570,8 +571,9 @@ class TwinSim(StateReadout):
         return 2 * self.n + self._lay["y"].size
 
     def snapshot(self, out: np.ndarray | None = None) -> np.ndarray:
-        """The current state as one flat row (q, v, then the step's outputs) [SI]; written into
-        `out` (snapshot_size,) if given. :meth:`channels` turns rows into named channels."""
+        """The last period as one flat row [SI]: q, v at its end, then the step's outputs (which
+        include the state at its start); written into `out` (snapshot_size,) if given.
+        :meth:`channels` turns rows into the aligned samples of those periods."""
         if out is None:
             out = np.empty(self.snapshot_size)
         m = 2 * self.n
@@ -580,24 +582,39 @@ class TwinSim(StateReadout):
         return out
 
     def channels(self, rows: np.ndarray) -> dict:
-        """Snapshot rows (N, snapshot_size) -> {channel: (N, n) array} for every
-        :data:`STATE_CHANNELS` entry (SI; see :class:`TwinState`)."""
+        """Snapshot rows (N, snapshot_size), each taken right after a control period
+        [t, t + dt) -> {channel: (N, n) array} for every :data:`STATE_CHANNELS` entry (SI), the
+        ALIGNED sample at the period's start t (the contract of identify.recording):
+
+        * q, qd, q_m, qd_m: link / motor angle and velocity at t;
+        * qdd: the link acceleration over the period, (qd(t + dt) - qd(t)) / dt -- exactly the
+          central second difference of the sampled positions (symplectic Euler), and what the
+          period's torques produce: tau_l = M(q(t)) qdd + h(q(t), qd(t));
+        * q_cmd: the position set point in effect at t (the trajectory at t);
+        * tau_m, i_m, every torque component and stick flag: the values acting during the
+          period (zero-order hold from t; tau_r is the compliance's torque of the
+          linearly-implicit step, i.e. K (q_m - q) + D (qd_m - qd) evaluated at t + dt).
+
+        :meth:`state` (the per-step API) differs: positions and velocities at the END of the
+        period, next to the same period's torques."""
         R = np.asarray(rows, dtype=float)
         if R.ndim != 2 or R.shape[1] != self.snapshot_size:
             raise ValueError(f"channels: rows have shape {R.shape}, expected (N, {self.snapshot_size})")
         n, m, ly = self.n, 2 * self.n, self._lay["y"]
         get = lambda name: R[:, m:][:, ly.slice(name)]          # noqa: E731
-        v = R[:, n:m]
-        out = {"q": R[:, :n], "qd": v, "qdd": (v - get("v_prev")) / self.dt, "q_m": get("qm"),
-               "qd_m": get("w"), "q_cmd": get("qc"), "tau_m": get("tau_m"),
-               "i_m": get("tau_m") / self.torque_factor}
+        v0 = get("v_prev")
+        out = {"q": get("q_prev"), "qd": v0, "qdd": (R[:, n:m] - v0) / self.dt,
+               "q_m": get("qm_prev"), "qd_m": get("w_prev"), "q_cmd": get("qc_prev"),
+               "tau_m": get("tau_m"), "i_m": get("tau_m") / self.torque_factor}
         for name in STATE_CHANNELS:
             if name not in out:
                 out[name] = get(name)
         return {name: np.array(out[name]) for name in STATE_CHANNELS}
 
     def state(self) -> TwinState:
-        """The current ground-truth state (copies; same values as :meth:`channels`)."""
+        """The current ground-truth state (copies): q, qd, q_m, qd_m at the end of the last
+        period, its torques and qdd = (qd - qd_start) / dt (not the aligned sample of
+        :meth:`channels`, see there)."""
         n = self.n
         xc = self._x[:2 * n].copy()
         yc = self._y.copy()

@@ -65,7 +65,9 @@ def step_layouts(n: int, enabled: bool = True) -> dict:
         K_used.
     y (output): the new w, qm, tau_r, integral and command (in the order of x, to commit with one
         copy), then every recorded torque/flag channel, the start-of-step v (for qdd), the
-        effective stiffness, and two flags: non-finite input, effective stiffness changed.
+        effective stiffness, two flags (non-finite input, effective stiffness changed), and the
+        start-of-period q, w, qm and previous command (so one row after the period holds the
+        aligned sample of the period, see TwinSim.channels).
     """
     v = lambda *names: [(nm, n, 1) for nm in names]          # noqa: E731
     return {
@@ -80,7 +82,8 @@ def step_layouts(n: int, enabled: bool = True) -> dict:
         "y": Layout(v("w", "qm", "tau_r", "integ", "qc", "tau_l", "tau_m", "tau_in", "tau_mc",
                       "tau_mv", "tau_hd", "tau_rip", "tau_lc", "tau_lv", "stick_m", "stick_l",
                       "tau_ff", "v_prev", "K_eff")
-                    + [("bad_input", 1, 1), ("k_changed", 1, 1)]),
+                    + [("bad_input", 1, 1), ("k_changed", 1, 1)]
+                    + v("q_prev", "w_prev", "qm_prev", "qc_prev")),
     }
 
 
@@ -161,7 +164,8 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
     else:
         tau_m = ff
         integ_new = integ
-    out = {"integ": integ_new, "qc": qc, "tau_m": tau_m, "tau_ff": ff, "v_prev": v,
+    out = {"integ": integ_new, "qc": qc, "tau_m": tau_m, "tau_ff": ff, "v_prev": v, "q_prev": q,
+           "w_prev": w, "qm_prev": qm, "qc_prev": X["qc_prev"],
            "bad_input": bad, "k_changed": ca.SX(0)}
     if not enabled:
         out.update(w=v, qm=q, tau_r=tau_m, tau_l=tau_m, tau_in=tau_m, K_eff=P["K_used"])
