@@ -38,6 +38,7 @@ from identify.jsonutil import to_jsonable
 from .config import TwinConfig, TwinSettings
 from .sensors import SensorModel
 from .sim import TwinSim
+from .truth import drive_truth
 
 
 class TwinBackend:
@@ -257,6 +258,8 @@ class TwinBackend:
             q_meas, tau_meas, i_meas, tau_m_meas, q_cmd, qd_meas = (
                 cols(a) for a in (q_meas, tau_meas, i_meas, tau_m_meas, q_cmd, qd_meas))
             truth = {ch: cols(a) for ch, a in truth.items()}
+        # the drive coefficients as simulated (twin.truth; names of docs/joint_models.md)
+        meta["drive_truth"] = drive_truth(cfg, sim.reducer, truth, act)
         return Recording(t=t, q=q_meas, tau_j=tau_meas, i_m=i_meas, tau_m=tau_m_meas,
                          q_cmd=q_cmd, qd=qd_meas, rate_hz=float(s.sample_rate_hz),
                          joint_names=self.joint_names, meta=meta, truth=truth)

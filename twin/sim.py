@@ -133,8 +133,10 @@ class TwinSim(StateReadout):
         self.fv_l = d.link_viscous * (1.0 if s.link_friction else 0.0)
         if not s.harmonic_friction:
             self.xi = np.zeros(n)
-        self._hd_drv = self.xi / (1.0 - self.xi)
-        self._hd_bck = self.xi / (1.0 + self.xi)
+        #: the reducer friction law in effect (twin.reducer)
+        self.reducer = cfg.reducer_law()
+        # tau_in / tau_r of the law's linear part (paper law): the motor holds gam * tau_r
+        self._gam = self.reducer.gam if self.enabled else np.ones(n)
         self.asym = s.per_joint("coulomb_asymmetry", n)
         self.stribeck = bool(s.stribeck)
         self.str_ratio = s.per_joint("stribeck_ratio", n)
@@ -179,7 +181,7 @@ class TwinSim(StateReadout):
             self._Mbuf, self._b, self._Wd = np.zeros((n, n)), np.zeros(mlay.size), np.zeros(2 * n)
             self._B = mlay.views(self._b)
             self._B["D"][:], self._B["J"][:], self._B["dt"][:] = self.D, self.J, dt
-            self._B["hd_drv"][:], self._B["hd_bck"][:] = self._hd_drv, self._hd_bck
+            self._B["gam"][:] = self._gam
             self._mbuf, self._run_m = _compiled("matrices", n).buffer()
             self._mbuf.set_arg(0, memoryview(self._Mbuf))
             self._mbuf.set_arg(1, memoryview(self._b))
@@ -217,6 +219,8 @@ class TwinSim(StateReadout):
         c["backlash"][:], c["K"][:] = self.backlash, self.K
         c["drift"][:], c["drift_T"][:], c["dt"][:] = self.drift, self.drift_T, dt
         c["tau_lim"][:] = np.inf if self.tau_lim is None else self.tau_lim
+        for k, val in self.reducer.step_parameters().items():
+            c[k][:] = val
         if self._theta is not None:
             c["theta"][:] = self._theta
 
@@ -283,7 +287,8 @@ class TwinSim(StateReadout):
         if self.position_control:
             e0 = (qm if self.defl_comp else q0) - qm
             # rigid decoupled loop: tau = M u, so the integrator holds M^-1 g
-            g_u = np.linalg.solve(M, g) if self.loop == "decoupled" else g
+            # the motor holds the reducer's input torque gam g (paper law: gam = 1 / (1 - xi))
+            g_u = np.linalg.solve(M, g) if self.loop == "decoupled" else self._gam * g
             integ = np.where(self.ki > 0, (g_u - self.kp * e0) / np.where(self.ki > 0, self.ki, 1.0), 0.0)
         else:
             integ = np.zeros(self.n)
@@ -297,7 +302,7 @@ class TwinSim(StateReadout):
         self._ql, self._vl = q0.tolist(), qd0.tolist()
         Y["w"][:], Y["qm"][:], Y["tau_r"][:], Y["integ"][:], Y["qc"][:] = (
             X["w"], X["qm"], X["tau_r"], X["integ"], X["qc_prev"])
-        Y["tau_m"][:], Y["tau_l"][:], Y["tau_in"][:] = g, g, X["tau_r"]
+        Y["tau_m"][:], Y["tau_l"][:], Y["tau_in"][:] = self._gam * g, g, self._gam * X["tau_r"]
         Y["v_prev"][:] = qd0
         # the rest "period" before t = 0: start state = the reset state (snapshot() right after
         # reset is the aligned sample of the rest pose)
@@ -370,10 +375,10 @@ class TwinSim(StateReadout):
         Y = [u, w+, v+, tau_r, tau_l, q_m+] (6n) with u = w+ - v+ and q_m+ = q_m + dt w+.
         Y = A x + Cl P_l + Cm P_m for friction impulses P_l (links) and P_m (motors) [N*m*s].
         Equations: M (v+ - v) = dt (tau_r - f_lv v - h) + P_l,
-        J (w+ - w) = dt (tau_me - f_mv w - tau_r) + P_m, tau_r = K e + (K dt + D) u.
-        Harmonic-drive friction is evaluated at the END-of-step torque: sliding, the friction
-        impulse changes tau_r by gT * P_m (own joint), so F_hd = c |T_s - gT sg dt F_hd| ->
-        F_hd = c |T_s| / (1 +- c gT dt) (the factors k_drv, k_bck)."""
+        J (w+ - w) = dt (tau_me - f_mv w - gam tau_r) + P_m, tau_r = K e + (K dt + D) u, gam the
+        reducer law's linear ratio tau_in / tau_r (1 but for the paper law). The reducer's
+        Coulomb-type loss is evaluated in the compiled step, exactly at the END-of-step torque
+        (:func:`twin.step_graph.step_function`)."""
         # viscous friction follows the warm-up drift, refreshed with M (every mass_matrix_every
         # steps; the drift's time constant is seconds to minutes)
         if not self.enabled:

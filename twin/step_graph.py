@@ -57,7 +57,9 @@ def step_layouts(n: int, enabled: bool = True) -> dict:
         previous and current command qc_prev, qc; feed-forward tau_ff; bias h(q, v); time t.
     c (per run): controller coefficients (u = c1 qc + c2 qc_prev + c3 qm + c4 w + c5 tau_r +
         c6 integral, integral += b1 qc + b3 qm + b5 tau_r), torque limit, friction laws, ripple,
-        backlash, stiffness, dt, standard inertial parameters theta (10n, for the bias h).
+        backlash, stiffness, the reducer law's parameters (twin.reducer.step_parameters: hd_mu0,
+        hd_mu1, hd_w_mu, hd_F0, hd_w_s of the opposing part, hd_gam = 1/(1 - xi_lin) of the
+        linear part), dt, standard inertial parameters theta (10n, for the bias h).
     p (per mass-matrix refresh, from TwinSim._build_matrices): the maps A, Cm, Cl, the link
         Delassus matrix W and the per-joint friction constants. Rigid joints (enabled False):
         only the position loop's output map Mc (n x n: tau_m = Mc u + tau_ff; the mass matrix
@@ -74,10 +76,11 @@ def step_layouts(n: int, enabled: bool = True) -> dict:
         "x": Layout(v("q", "v", "w", "qm", "tau_r", "integ", "qc_prev", "qc", "tau_ff", "h")
                     + [("t", 1, 1)]),
         "c": Layout(v("c1", "c2", "c3", "c4", "c5", "c6", "b1", "b3", "b5", "tau_lim", "fc_m",
-                      "fc_l", "asym", "str_ratio", "str_v", "ripple", "ripple_k", "backlash", "K")
+                      "fc_l", "asym", "str_ratio", "str_v", "ripple", "ripple_k", "backlash", "K",
+                      "hd_mu0", "hd_mu1", "hd_w_mu", "hd_F0", "hd_w_s", "hd_gam")
                     + [("drift", 1, 1), ("drift_T", 1, 1), ("dt", 1, 1), ("theta", 10 * n, 1)]),
         "p": (Layout([("A", 6 * n, 6 * n), ("Cm", 6 * n, n), ("Cl", 6 * n, n), ("W", n, n)]
-                     + v("nWm", "nWl", "k_drv", "k_bck", "fv_m", "fv_l", "K_used")) if enabled
+                     + v("nWm", "nWl", "fv_m", "fv_l", "K_used")) if enabled
               else Layout([("Mc", n, n)] + v("K_used"))),
         "y": Layout(v("w", "qm", "tau_r", "integ", "qc", "tau_l", "tau_m", "tau_in", "tau_mc",
                       "tau_mv", "tau_hd", "tau_rip", "tau_lc", "tau_lv", "stick_m", "stick_l",
@@ -215,24 +218,48 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
         P_l = _clip(ca.if_else(s, P_S, P_l), lim_l)
         yw = yw + ca.mtimes(Cl[rw, :], P_l)
         yT = yT + ca.mtimes(Cl[rT, :], P_l)
-        # motor side: motor Coulomb + harmonic-drive load friction, stick-slip per joint
-        lim = dtFmc + ca.fabs(yT) * ca.if_else(yw * yT > 0, P["k_drv"], P["k_bck"])
-        P_m = _clip(yw * P["nWm"], lim)
+        # motor side: motor Coulomb + the reducer's Coulomb-type loss, stick-slip per joint.
+        # Reducer law (twin.reducer): tau_r = tau_in - s (F0(w) + mu(w) |tau_in|), s = sign(w),
+        # evaluated EXACTLY at the end-of-step spring torque tau_r+, which itself moves with the
+        # friction impulse: tau_r+ = T - s g (F_mc + F_hd) + (other joints' impulses), g the own
+        # joint's gain (dt * dtau_r/dP). Solving the piecewise-linear own-joint equation:
+        #   z = s T - g F_mc + (1 - g) F0,  F_hd = F0 + |z| mu / (1 -+ mu (1 - g))
+        # (- : driving, z >= 0; + : back-driven). Pass 1 with T the prediction, pass 2 with T
+        # including the other joints' pass-1 impulses (coupling up to 45 % of the own gain on the
+        # reference arm), so the law holds to second order in the coupling.
         Cmw, CmT = Cm[rw, :], Cm[rT, :]
+        gT = dt * ca.diag(CmT)
+        sw = ca.sign(yw)
+        wa = ca.fabs(yw)
+        mu = C["hd_mu0"] + C["hd_mu1"] * (1.0 - ca.exp(-wa / C["hd_w_mu"]))
+        F0 = C["hd_F0"] * ca.exp(-(yw / C["hd_w_s"]) ** 2)
+        Fmc = dtFmc / dt
+        k_drv = mu / (1.0 - mu * (1.0 - gT))
+        k_bck = mu / (1.0 + mu * (1.0 - gT))
+
+        def limit(T):
+            z = sw * T - gT * Fmc + (1.0 - gT) * F0
+            return dtFmc + dt * (F0 + ca.fabs(z) * ca.if_else(z >= 0, k_drv, k_bck))
+
+        lim1 = limit(yT)
+        P_1 = _clip(yw * P["nWm"], lim1)
+        yw1 = yw + ca.mtimes(Cmw, P_1)
+        yT1 = yT + ca.mtimes(CmT, P_1)
+        lim = limit(yT1 - ca.diag(CmT) * P_1)
+        # second pass: the law's limit with the coupling, and the stuck joints' holding impulse
+        # corrected for the other joints' impulses (one Jacobi step)
+        P_m = _clip(P_1 + yw1 * P["nWm"], lim)
         yw = yw + ca.mtimes(Cmw, P_m)
         yT = yT + ca.mtimes(CmT, P_m)
-        any_stuck = ca.sum1(ca.fabs(P_m) < lim) > 0
-        P_2 = _clip(P_m + yw * P["nWm"], lim)
-        P_f = ca.if_else(any_stuck, P_2, P_m)
-        yw = yw + ca.mtimes(Cmw, P_f - P_m)
-        yT = yT + ca.mtimes(CmT, P_f - P_m)
-        P_m = P_f
         share = ca.if_else(lim > 0, (lim - dtFmc) / ca.if_else(lim > 0, lim, 1.0), zero)
-        tau_hd = -P_m / dt * share
+        # reducer loss tau_rf = tau_in - tau_r: the Coulomb-type part (share of the friction
+        # impulse) + the linear part xi_lin tau_in = (gam - 1) tau_r (paper law)
+        hd_c = -P_m / dt * share
+        tau_hd = hd_c + (C["hd_gam"] - 1.0) * yT
         out.update(
             w=yw, qm=qm + dt * yw, tau_r=yT, tau_l=yT - P["fv_l"] * v + P_l / dt,
             tau_in=yT + tau_hd, tau_hd=tau_hd,
-            tau_mc=-P_m / dt - tau_hd, tau_lc=-P_l / dt, tau_mv=P["fv_m"] * w, tau_lv=P["fv_l"] * v,
+            tau_mc=-P_m / dt - hd_c, tau_lc=-P_l / dt, tau_mv=P["fv_m"] * w, tau_lv=P["fv_l"] * v,
             tau_rip=tau_rip, stick_m=ca.fabs(P_m) < lim, stick_l=ca.fabs(P_l) < lim_l, K_eff=K_eff)
     yv = ca.vertcat(*[out[name] for name, _, _ in L["y"].fields])
     tag = (f"twin_step{n}_{'d' if enabled else 'r'}{'p' if position_control else 'o'}"
@@ -248,9 +275,9 @@ def _spd_inverse(A):
 
 def matrices_layout(n: int) -> Layout:
     """Inputs of :func:`matrices_function` besides M: stiffness in effect K_eff, damping D,
-    reflected motor inertia J_r, viscous friction (drift applied) fv_m / fv_l, harmonic-drive
-    factors xi/(1-xi), xi/(1+xi), and dt."""
-    return Layout([(nm, n, 1) for nm in ("K_eff", "D", "J", "fv_m", "fv_l", "hd_drv", "hd_bck")]
+    reflected motor inertia J_r, viscous friction (drift applied) fv_m / fv_l, the reducer's
+    linear torque ratio gam = tau_in / tau_r = 1 / (1 - xi_lin) (1 without a linear part), and dt."""
+    return Layout([(nm, n, 1) for nm in ("K_eff", "D", "J", "fv_m", "fv_l", "gam")]
                   + [("dt", 1, 1)])
 
 
@@ -258,8 +285,9 @@ def matrices_function(n: int) -> ca.Function:
     """(M (n x n, row-major), b (matrices_layout)) -> the step's matrix input p (step_layouts "p")
     plus the diagonals Wm, Wl (2n; must be > 0) -- the linear maps of the linearly-implicit step.
 
-    Same equations as the numpy reference (TwinSim._build_matrices docstring): with B = K dt + D,
-    S = dt (J^-1 + M^-1): G = I + S diag(B) is inverted as I - S b (I + b S b)^-1 b, b = sqrt(B)
+    Same equations as the numpy reference (TwinSim._build_matrices docstring), the motor seeing
+    the spring torque through the reducer's linear ratio gam (tau_in = gam tau_r): with
+    B = K dt + D, S = dt (gam J^-1 + M^-1): G = I + S diag(B) is inverted as I - S b (I + b S b)^-1 b, b = sqrt(B)
     (push-through identity; I + b S b is SPD, so both inverses are Cholesky-based and B may be 0
     inside a backlash play)."""
     lay = matrices_layout(n)
@@ -271,15 +299,16 @@ def matrices_function(n: int) -> ca.Function:
     dg = ca.diag
     B = K * dt + D
     invJ = 1.0 / J
+    gam = b["gam"]
     La = ca.horzcat(-dg(fvl), O, dg(K), O, -I)
-    Lb = ca.horzcat(O, -dg(fvm), -dg(K), I, O)
+    Lb = ca.horzcat(O, -dg(fvm), -dg(gam * K), I, O)
     Sv = ca.horzcat(I, O, O, O, O)
     Zw = ca.horzcat(O, I, O, O, O) + ca.repmat(dt * invJ, 1, 5 * n) * Lb
     ST = ca.horzcat(O, O, dg(K), O, O)
     Sl = ca.horzcat(dg(fvl), O, O, O, O)
     Minv = _spd_inverse(M)
     Minv = 0.5 * (Minv + Minv.T)
-    S = dt * (dg(invJ) + Minv)
+    S = dt * (dg(gam * invJ) + Minv)
     sb = ca.sqrt(B)
     Sb = S * ca.repmat(sb.T, n, 1)                              # S diag(b)
     H = I + ca.repmat(sb, 1, n) * Sb                            # I + b S b (SPD)
@@ -288,7 +317,7 @@ def matrices_function(n: int) -> ca.Function:
     colB = lambda X: X * ca.repmat(B.T, X.shape[0], 1)         # noqa: E731  X diag(B)
     Zv = Sv + ca.mtimes(dt * Minv, La)
     Au = ca.mtimes(Ginv, Zw - Zv)
-    dtJB = dt * B * invJ
+    dtJB = dt * B * gam * invJ
     MB = colB(dt * Minv)
     rowJB = lambda X: ca.repmat(dtJB, 1, X.shape[1]) * X       # noqa: E731
     Aw = Zw - rowJB(Au)
@@ -310,12 +339,9 @@ def matrices_function(n: int) -> ca.Function:
     Cl = ca.vertcat(Lu, -rowJB(Lu), Lv, LT, LT + I / dt, -dt * rowJB(Lu))
     Wm, Wl = ca.diag(Cw), ca.diag(Lv)
     W = 0.5 * (Lv + Lv.T)
-    gT_dt = ca.fmin(B * ca.diag(Cu) * dt, 0.5)
-    k_drv = dt * b["hd_drv"] / (1.0 + b["hd_drv"] * gT_dt)
-    k_bck = dt * b["hd_bck"] / (1.0 - b["hd_bck"] * gT_dt)
     rm = lambda X: ca.reshape(X.T, -1, 1)                      # noqa: E731  row-major flatten
     out = {"A": rm(A), "Cm": rm(Cm), "Cl": rm(Cl), "W": rm(W), "nWm": -1.0 / Wm, "nWl": -1.0 / Wl,
-           "k_drv": k_drv, "k_bck": k_bck, "fv_m": fvm, "fv_l": fvl, "K_used": K}
+           "fv_m": fvm, "fv_l": fvl, "K_used": K}
     pv = ca.vertcat(*[ca.densify(out[name]) for name, _, _ in step_layouts(n)["p"].fields])
     return ca.Function(f"twin_matrices{n}", [Ms, bs], [pv, ca.vertcat(Wm, Wl)], ["M", "b"], ["p", "W_diag"])
 
