@@ -12,11 +12,14 @@ Conventions (all reflected to the link side, (n,) arrays):
     link:    M(q) qdd + h(q, qd) = tau_r - tau_lv - tau_lc = tau_l
 Friction torques are reported positive when they resist positive motion (paper's convention).
 
-Harmonic-drive load friction (paper eqs. 6-8, made dissipative): |tau_hd| = xi |tau_in|, always
-opposing the gear's motion. With s = sign(w):
+Harmonic-drive load friction: the law of ``TwinSettings.reducer_friction_law`` (:mod:`twin.reducer`;
+default "opposing", |tau_hd| = xi |tau_in| always opposing the gear's motion). For the opposing law,
+with s = sign(w):
     driving   (s * tau_r > 0, power flows motor -> link): tau_hd = s * xi / (1 - xi) * |tau_r|
     back-driven (s * tau_r < 0, link drives the motor):    tau_hd = s * xi / (1 + xi) * |tau_r|
-so the efficiency is 1 - xi when driving and 1 / (1 + xi) when back-driven.
+so the efficiency is 1 - xi when driving and 1 / (1 + xi) when back-driven (tau_r the torque at
+which the law is evaluated; the compiled step evaluates it exactly at the end-of-step torque,
+see twin.step_graph).
 """
 from __future__ import annotations
 
