@@ -189,7 +189,7 @@ class TwinBackend:
         total = n_settle + N
 
         self.close()
-        self.sim = sim = TwinSim(cfg)
+        self.sim = sim = TwinSim(cfg, contact_k0=n_settle)
         raw = np.empty((periods_at.size, sim.snapshot_size))
         bar = None
         try:
@@ -258,6 +258,13 @@ class TwinBackend:
             q_meas, tau_meas, i_meas, tau_m_meas, q_cmd, qd_meas = (
                 cols(a) for a in (q_meas, tau_meas, i_meas, tau_m_meas, q_cmd, qd_meas))
             truth = {ch: cols(a) for ch, a in truth.items()}
+        if s.contacts:
+            # world-frame force of each contact during the period starting at each sample [N]
+            from .contacts import period_range
+            on = [(sample_steps >= period_range(c, dt)[0]) & (sample_steps < period_range(c, dt)[1])
+                  for c in s.contacts]
+            truth["f_ext"] = np.stack([np.outer(a, c["force_N"]) for a, c in zip(on, s.contacts)], axis=1)
+            meta["contacts"] = to_jsonable(list(s.contacts))
         # the drive coefficients as simulated (twin.truth; names of docs/joint_models.md)
         meta["drive_truth"] = drive_truth(cfg, sim.reducer, truth, act)
         return Recording(t=t, q=q_meas, tau_j=tau_meas, i_m=i_meas, tau_m=tau_m_meas,

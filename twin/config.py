@@ -103,6 +103,13 @@ class TwinSettings:
             kinematic error at twice the wave-generator speed).
         backlash_rad: total backlash (play) of the transmission, link side [rad].
         drive_overrides: {joint name: {drives-YAML key: value}} replacing the drive file's values.
+    Contacts (collision-detection tests, :mod:`twin.contacts`):
+        contacts: list of external forces, each {link: URDF link name, time_s: start [s] on the
+            recording's clock (t = 0 at the trajectory's start), duration_s [s], force_N:
+            [fx, fy, fz] in the WORLD frame [N], point_m: optional [x, y, z] in the link's URDF
+            frame [m] (default: the link's centre of mass)}. Applied over every 1 ms period whose
+            start lies in [time_s, time_s + duration_s); recorded in the truth ("tau_ext",
+            "f_ext").
     Sensors (see :mod:`twin.sensors`):
         noise: master switch; False -> ideal sensors (all imperfections below ignored).
         encoder_noise_rad: white noise std of the link encoder [rad] (0.001-0.01 deg realistic).
@@ -148,6 +155,7 @@ class TwinSettings:
     ripple_cycles_per_motor_rev: float = 2.0
     backlash_rad: object = 0.0
     drive_overrides: dict = field(default_factory=dict)
+    contacts: list = field(default_factory=list)
     noise: bool = True
     encoder_noise_rad: object = math.radians(0.005)
     encoder_resolution_bits: int | None = 20
@@ -187,7 +195,7 @@ class TwinSettings:
                 raise ValueError(f"{where}.{k}={getattr(self, k)!r}: must be true or false")
         for f in fields(self):
             k, v = f.name, getattr(self, f.name)
-            if k in _BOOL_KEYS or k in ("drive_overrides", "reducer_friction_law") or (
+            if k in _BOOL_KEYS or k in ("drive_overrides", "reducer_friction_law", "contacts") or (
                     v is None and k in _NULLABLE):
                 continue
             if isinstance(v, (bool, np.bool_)) or (isinstance(v, (list, tuple)) and
@@ -250,7 +258,9 @@ class TwinSettings:
             v = getattr(self, k)
             if v is not None and np.any(np.asarray(v, float) < 0):
                 raise ValueError(f"{where}.{k} must be >= 0")
+        from .contacts import check_contacts
         from .reducer import LAWS
+        check_contacts(self.contacts, f"{where}.contacts")
         if self.reducer_friction_law not in LAWS:
             raise ValueError(f"{where}.reducer_friction_law={self.reducer_friction_law!r}: must be "
                              f"one of {list(LAWS)}")

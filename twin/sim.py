@@ -83,7 +83,10 @@ class TwinSim(StateReadout):
     are read-only properties returning copies.
     """
 
-    def __init__(self, cfg: TwinConfig, gui: bool | None = None):
+    def __init__(self, cfg: TwinConfig, gui: bool | None = None, contact_k0: int = 0):
+        """cfg: the twin's configuration; gui: override settings.gui; contact_k0: simulation
+        period at which the contacts' clock (TwinSettings.contacts time_s = 0) starts (the
+        backend's settle periods)."""
         self.cfg = cfg
         s = cfg.settings
         self.n = n = cfg.n
@@ -105,9 +108,11 @@ class TwinSim(StateReadout):
         self.body = p.loadURDF(urdf, useFixedBase=True, flags=p.URDF_USE_INERTIA_FROM_FILE,
                                physicsClientId=c)
         idx = {}
+        links = {}
         for k in range(p.getNumJoints(self.body, physicsClientId=c)):
             info = p.getJointInfo(self.body, k, physicsClientId=c)
             idx[info[1].decode()] = k
+            links[info[12].decode()] = k
             # no hidden damping anywhere: the drive model owns all friction
             p.changeDynamics(self.body, k, linearDamping=0.0, angularDamping=0.0, jointDamping=0.0,
                              physicsClientId=c)
@@ -116,6 +121,16 @@ class TwinSim(StateReadout):
         if missing:
             raise ValueError(f"{urdf}: PyBullet did not load joint(s) {missing}")
         self.jidx = [idx[j] for j in cfg.joint_names]
+        #: external contact forces (twin.contacts), None without contacts
+        self.contacts = None
+        if s.contacts:
+            from .contacts import Contacts
+            moving = [k for k in range(p.getNumJoints(self.body, physicsClientId=c))
+                      if p.getJointInfo(self.body, k, physicsClientId=c)[2] != p.JOINT_FIXED]
+            if moving != self.jidx:
+                raise ValueError(f"{urdf}: contacts need the moving joints in URDF order, got "
+                                 f"{cfg.joint_names}")
+            self.contacts = Contacts(s.contacts, self.body, c, self.jidx, links, dt, contact_k0)
         # disable the default velocity motors (they would act as hidden friction)
         p.setJointMotorControlArray(self.body, self.jidx, p.VELOCITY_CONTROL,
                                     forces=[0.0] * n, physicsClientId=c)
@@ -430,6 +445,9 @@ class TwinSim(StateReadout):
         x[self._it] = self.t
         c = self.client
         k = self.k
+        if self.contacts is not None:
+            tau_ext = self.contacts.apply(self.k, self._ql)
+            self._X["tau_ext"][:] = 0.0 if tau_ext is None else tau_ext
         if self.enabled:
             if k % self.mm_every == 0 and k > 0:
                 self._M = self.mass_matrix(x[:self.n].tolist())
@@ -473,7 +491,7 @@ class TwinSim(StateReadout):
         schedule, list building of the PyBullet results) is what separated the twin from the bare
         set-torques / step / read-states loop; here it runs with local names, preallocated
         buffers and ``zip`` unpacking of getJointStates. Arms whose bias comes from PyBullet, rigid
-        joints and backlash take the general :meth:`advance` per period (same results)."""
+        joints, backlash and contacts take the general :meth:`advance` per period (same results)."""
         if not self._reset_done:
             raise RuntimeError("TwinSim.run before reset(q0)")
         n = self.n
@@ -494,7 +512,8 @@ class TwinSim(StateReadout):
         order = np.argsort(snap, kind="stable")
         sched = [(int(snap[r]), int(r)) for r in order] + [(-1, -1)]      # sentinel
         ip = 0
-        if not (self.enabled and self._theta is not None and not self._backlash_on):
+        if not (self.enabled and self._theta is not None and not self._backlash_on
+                and self.contacts is None):
             for m in range(N):
                 self.advance(qc[m], None if ffa is None else ffa[m])
                 while sched[ip][0] == m:
@@ -614,7 +633,11 @@ class TwinSim(StateReadout):
         for name in STATE_CHANNELS:
             if name not in out:
                 out[name] = get(name)
-        return {name: np.array(out[name]) for name in STATE_CHANNELS}
+        res = {name: np.array(out[name]) for name in STATE_CHANNELS}
+        if self.contacts is not None:
+            # joint torque of the external contact forces acting during the period [N*m]
+            res["tau_ext"] = np.array(get("tau_ext"))
+        return res
 
     def state(self) -> TwinState:
         """The current ground-truth state (copies): q, qd, q_m, qd_m at the end of the last

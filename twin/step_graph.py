@@ -54,7 +54,9 @@ def step_layouts(n: int, enabled: bool = True) -> dict:
     """Layouts of the compiled step's vectors for n joints (enabled: the drive model is on):
 
     x (per step, [SI]): link q, v; motor angle/velocity qm, w; spring torque tau_r; PID integral;
-        previous and current command qc_prev, qc; feed-forward tau_ff; bias h(q, v); time t.
+        previous and current command qc_prev, qc; feed-forward tau_ff; bias h(q, v); time t;
+        joint torque of external contact forces tau_ext (twin.contacts; the link equation is
+        M qdd + h = tau_l + tau_ext).
     c (per run): controller coefficients (u = c1 qc + c2 qc_prev + c3 qm + c4 w + c5 tau_r +
         c6 integral, integral += b1 qc + b3 qm + b5 tau_r), torque limit, friction laws, ripple,
         backlash, stiffness, the reducer law's parameters (twin.reducer.step_parameters: hd_mu0,
@@ -74,7 +76,7 @@ def step_layouts(n: int, enabled: bool = True) -> dict:
     v = lambda *names: [(nm, n, 1) for nm in names]          # noqa: E731
     return {
         "x": Layout(v("q", "v", "w", "qm", "tau_r", "integ", "qc_prev", "qc", "tau_ff", "h")
-                    + [("t", 1, 1)]),
+                    + [("t", 1, 1)] + v("tau_ext")),
         "c": Layout(v("c1", "c2", "c3", "c4", "c5", "c6", "b1", "b3", "b5", "tau_lim", "fc_m",
                       "fc_l", "asym", "str_ratio", "str_v", "ripple", "ripple_k", "backlash", "K",
                       "hd_mu0", "hd_mu1", "hd_w_mu", "hd_F0", "hd_w_s", "hd_gam")
@@ -86,7 +88,7 @@ def step_layouts(n: int, enabled: bool = True) -> dict:
                       "tau_mv", "tau_hd", "tau_rip", "tau_lc", "tau_lv", "stick_m", "stick_l",
                       "tau_ff", "v_prev", "K_eff")
                     + [("bad_input", 1, 1), ("k_changed", 1, 1)]
-                    + v("q_prev", "w_prev", "qm_prev", "qc_prev")),
+                    + v("q_prev", "w_prev", "qm_prev", "qc_prev", "tau_ext")),
     }
 
 
@@ -168,7 +170,7 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
         tau_m = ff
         integ_new = integ
     out = {"integ": integ_new, "qc": qc, "tau_m": tau_m, "tau_ff": ff, "v_prev": v, "q_prev": q,
-           "w_prev": w, "qm_prev": qm, "qc_prev": X["qc_prev"],
+           "w_prev": w, "qm_prev": qm, "qc_prev": X["qc_prev"], "tau_ext": X["tau_ext"],
            "bad_input": bad, "k_changed": ca.SX(0)}
     if not enabled:
         out.update(w=v, qm=q, tau_r=tau_m, tau_l=tau_m, tau_in=tau_m, K_eff=P["K_used"])
@@ -187,7 +189,7 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
             K_eff = P["K_used"]
         tau_rip = C["ripple"] * ca.sin(C["ripple_k"] * qm)
         tau_me = tau_m - tau_rip
-        h = X["h"] if regressor is None else regressor(q, v, C["theta"])
+        h = (X["h"] if regressor is None else regressor(q, v, C["theta"])) - X["tau_ext"]
         # Only the rows the period needs are evaluated: motor velocity w+, link velocity v+ (for
         # the link friction) and spring torque tau_r+ of Y = A [v, w, qm, q, tau_me, h]; the
         # columns of qm and q are +-Ae (only the deflection e = qm - q enters), tau_l follows from
