@@ -1,8 +1,11 @@
-"""Read-only state properties of :class:`twin.sim.TwinSim` (copies of the compiled step's
-buffers), kept apart from the simulation loop."""
+"""State read-out of :class:`twin.sim.TwinSim`, kept apart from the simulation loop: read-only
+properties (copies of the compiled step's buffers), the per-step :class:`TwinState`, and the flat
+snapshot rows a recording is made of with their aligned unpacking (:meth:`StateReadout.channels`)."""
 from __future__ import annotations
 
 import numpy as np
+
+from .state import STATE_CHANNELS, TwinState
 
 
 class StateReadout:
@@ -109,3 +112,67 @@ class StateReadout:
     def stick_l(self) -> np.ndarray:
         """1.0 where the link side stuck in the last step."""
         return self._Y["stick_l"].copy()
+
+    # -- state read-out: properties (copies) and the flat snapshot used by the backend -----------
+    @property
+    def snapshot_size(self) -> int:
+        """Length of :meth:`snapshot` rows."""
+        return 2 * self.n + self._lay["y"].size
+
+    def snapshot(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The last period as one flat row [SI]: q, v at its end, then the step's outputs (which
+        include the state at its start); written into `out` (snapshot_size,) if given.
+        :meth:`channels` turns rows into the aligned samples of those periods."""
+        if out is None:
+            out = np.empty(self.snapshot_size)
+        m = 2 * self.n
+        out[:m] = self._x[:m]
+        out[m:] = self._y
+        return out
+
+    def channels(self, rows: np.ndarray) -> dict:
+        """Snapshot rows (N, snapshot_size), each taken right after a control period
+        [t, t + dt) -> {channel: (N, n) array} for every :data:`STATE_CHANNELS` entry (SI), the
+        ALIGNED sample at the period's start t (the contract of identify.recording):
+
+        * q, qd, q_m, qd_m: link / motor angle and velocity at t;
+        * qdd: the link acceleration over the period, (qd(t + dt) - qd(t)) / dt -- exactly the
+          central second difference of the sampled positions (symplectic Euler), and what the
+          period's torques produce: tau_l = M(q(t)) qdd + h(q(t), qd(t));
+        * q_cmd: the position set point in effect at t (the trajectory at t);
+        * tau_m, i_m, every torque component and stick flag: the values acting during the
+          period (zero-order hold from t; tau_r is the compliance's torque of the
+          linearly-implicit step, i.e. K (q_m - q) + D (qd_m - qd) evaluated at t + dt).
+
+        :meth:`state` (the per-step API) differs: positions and velocities at the END of the
+        period, next to the same period's torques."""
+        R = np.asarray(rows, dtype=float)
+        if R.ndim != 2 or R.shape[1] != self.snapshot_size:
+            raise ValueError(f"channels: rows have shape {R.shape}, expected (N, {self.snapshot_size})")
+        n, m, ly = self.n, 2 * self.n, self._lay["y"]
+        get = lambda name: R[:, m:][:, ly.slice(name)]          # noqa: E731
+        v0 = get("v_prev")
+        out = {"q": get("q_prev"), "qd": v0, "qdd": (R[:, n:m] - v0) / self.dt,
+               "q_m": get("qm_prev"), "qd_m": get("w_prev"), "q_cmd": get("qc_prev"),
+               "tau_m": get("tau_m"), "i_m": get("tau_m") / self.torque_factor}
+        for name in STATE_CHANNELS:
+            if name not in out:
+                out[name] = get(name)
+        res = {name: np.array(out[name]) for name in STATE_CHANNELS}
+        if self.contacts is not None:
+            # joint torque of the external contact forces acting during the period [N*m]
+            res["tau_ext"] = np.array(get("tau_ext"))
+        return res
+
+    def state(self) -> TwinState:
+        """The current ground-truth state (copies): q, qd, q_m, qd_m at the end of the last
+        period, its torques and qdd = (qd - qd_start) / dt (not the aligned sample of
+        :meth:`channels`, see there)."""
+        n = self.n
+        xc = self._x[:2 * n].copy()
+        yc = self._y.copy()
+        kw = {name: yc[sl] for name, sl in self._state_slices}
+        kw["q"], kw["qd"] = xc[:n], xc[n:]
+        kw["qdd"] = (kw["qd"] - yc[self._vprev_slice]) / self.dt
+        kw["i_m"] = kw["tau_m"] / self.torque_factor
+        return TwinState(t=self.t, **kw)
