@@ -100,7 +100,7 @@ def twin_torques(duration: float) -> tuple[np.ndarray, list]:
     with TwinSim(TwinConfig.from_files(URDF, DRIVES, settings={})) as sim:
         sim.reset(q[0])
         rows = np.empty((steps, sim.snapshot_size))
-        sim.run(q[1:], snapshot_at=np.arange(1, steps + 1), out=rows)
+        sim.run(q[1:], snapshot_at=np.arange(steps), out=rows)   # row m: period m
         tau = sim.channels(rows)["tau_l"]
         q_end = sim.q
     return q[0], tau.tolist(), q_end
