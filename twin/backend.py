@@ -17,10 +17,15 @@ subset (then the other joints keep the default).
 A run: the trajectory is evaluated on the 1 kHz control grid and checked (finite, joint position /
 velocity / acceleration limits) before anything moves; the arm is reset at rest at the
 trajectory's start pose, holds it for ``settle_s``, then executes the trajectory ``periods`` times.
-Samples are taken every 1000 / sample_rate_hz steps starting at t = 0; the sensors read the truth
-``io_delay_s`` earlier. ``Recording.qd`` is the drive's reported velocity: the MOTOR velocity
-reflected to the link side (it leads the link velocity by the spring's deflection rate). The recording's ``truth`` holds the true states and every torque
-component at the sample instants (see :data:`twin.sim.STATE_CHANNELS`).
+Samples are taken every 1000 / sample_rate_hz steps starting at t = 0. Sample k is ALIGNED
+(identify.backend.recording defines the instants): every field refers to t_k, the start of the 1 ms
+control period [t_k, t_k + dt) -- positions and velocities at t_k, torques and currents as held
+during that period, qdd the period's acceleration (:meth:`twin.sim.TwinSim.channels`). The
+sensors read that aligned sample ``io_delay_s`` earlier (a deliberate, uniform delay of every
+measured field; truth is never delayed). ``Recording.qd`` is the drive's reported velocity: the
+MOTOR velocity reflected to the link side (it leads the link velocity by the spring's deflection
+rate). The recording's ``truth`` holds the true states and every torque component of the same
+aligned samples (see :data:`twin.readout.STATE_CHANNELS`).
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from identify.common.jsonutil import to_jsonable
 from .config import TwinConfig, TwinSettings
 from .sensors import SensorModel
 from .sim import TwinSim
+from .truth import drive_truth
 
 
 class TwinBackend:
@@ -171,44 +177,36 @@ class TwinBackend:
         stride = int(round(1000.0 / float(s.sample_rate_hz)))
         delay = int(round(float(s.io_delay_s) / dt))
         sample_steps = np.arange(0, N, stride)
-        n_s = sample_steps.size
-        # the state is copied as one flat row (TwinSim.snapshot) at the sample instants and, with
-        # an I/O delay, at the delayed sensor instants; channels are unpacked in one batch after
-        # the run
-        n_src = n_s if delay else 0
-        events: dict[int, list] = {}
-        for j, m in enumerate(sample_steps):
-            events.setdefault(int(m), []).append(j)
-            if delay:
-                events.setdefault(int(m) - delay, []).append(n_s + j)
+        # One call of TwinSim.run for the settle periods (hold q1[0], no feed-forward) and the
+        # trajectory. Sample m is the aligned sample of the period starting at t_m (period
+        # n_settle + m of the run, TwinSim.channels), the sensors' delayed reads those of the
+        # periods `delay` earlier; reads before the first period are the reset state at rest.
+        n_settle = int(round(s.settle_s / dt))
+        cmd = np.concatenate([np.broadcast_to(q1[0], (n_settle, n)), qc[1:N + 1]])
+        ffs = None if ff is None else np.concatenate([np.zeros((n_settle, n)), ff[1:N + 1]])
+        periods_at = n_settle + (np.concatenate([sample_steps, sample_steps - delay]) if delay
+                                 else sample_steps)
+        total = n_settle + N
 
         self.close()
-        self.sim = sim = TwinSim(cfg)
-        raw = np.empty((n_s + n_src, sim.snapshot_size))
+        self.sim = sim = TwinSim(cfg, contact_k0=n_settle)
+        raw = np.empty((periods_at.size, sim.snapshot_size))
         bar = None
         try:
             sim.reset(q1[0])
-            for _ in range(int(round(s.settle_s / dt))):
-                sim.advance(q1[0])
-            # sensor reads before t = 0 come from the settled rest state
-            for m in [m for m in events if m < 0]:
-                for r in events.pop(m):
-                    sim.snapshot(raw[r])
+            for r in np.flatnonzero(periods_at < 0):
+                sim.snapshot(raw[r])
             if progress:
                 from tqdm import tqdm
-                bar = tqdm(total=N, desc="twin", unit="ms", mininterval=0.5)
-            get, snap, advance = events.get, sim.snapshot, sim.advance
-            chunk = 4096                 # commands handed over as row lists, a chunk at a time
-            for m0 in range(0, N, chunk):
-                m1 = min(m0 + chunk, N)
-                cmd = list(qc[m0 + 1:m1 + 1])
-                ffl = [None] * (m1 - m0) if ff is None else list(ff[m0 + 1:m1 + 1])
-                for m, q_c, f_c in zip(range(m0, m1), cmd, ffl):
-                    rows = get(m)
-                    if rows is not None:
-                        for r in rows:
-                            snap(raw[r])
-                    advance(q_c, f_c)
+                bar = tqdm(total=total, desc="twin", unit="ms", mininterval=0.5)
+            chunk = 4096 if progress else total      # progress: hand over a chunk at a time
+            for m0 in range(0, total, chunk):
+                m1 = min(m0 + chunk, total)
+                sel = np.flatnonzero((periods_at >= m0) & (periods_at < m1))
+                rows = np.empty((sel.size, sim.snapshot_size))
+                sim.run(cmd[m0:m1], None if ffs is None else ffs[m0:m1],
+                        snapshot_at=periods_at[sel] - m0, out=rows)
+                raw[sel] = rows
                 if bar is not None:
                     bar.update(m1 - m0)
         except ValueError as exc:
@@ -218,6 +216,7 @@ class TwinBackend:
                 bar.close()
             sim.close()
             self.sim = None
+        n_s = sample_steps.size
         truth = sim.channels(raw[:n_s])
         src = sim.channels(raw[n_s:]) if delay else truth
 
@@ -240,6 +239,10 @@ class TwinBackend:
             "trajectory": {"duration_s": float(trajectory.duration), "periods": periods,
                            "type": type(trajectory).__name__},
             "control_rate_hz": 1.0 / dt,
+            # identify.backend.recording's contract: every field of sample k refers to t_k, the start of
+            # a control period (torques held during it); measured fields io_delay_s earlier
+            "sample_alignment": "period_start",
+            "io_delay_s": delay * dt,
             "omega_dt_max": sim.omega_dt,
             "truth_note": "ground truth of the simulator; identification code must not read it",
         }
@@ -255,6 +258,15 @@ class TwinBackend:
             q_meas, tau_meas, i_meas, tau_m_meas, q_cmd, qd_meas = (
                 cols(a) for a in (q_meas, tau_meas, i_meas, tau_m_meas, q_cmd, qd_meas))
             truth = {ch: cols(a) for ch, a in truth.items()}
+        if s.contacts:
+            # world-frame force of each contact during the period starting at each sample [N]
+            from .contacts import period_range
+            on = [(sample_steps >= period_range(c, dt)[0]) & (sample_steps < period_range(c, dt)[1])
+                  for c in s.contacts]
+            truth["f_ext"] = np.stack([np.outer(a, c["force_N"]) for a, c in zip(on, s.contacts)], axis=1)
+            meta["contacts"] = to_jsonable(list(s.contacts))
+        # the drive coefficients as simulated (twin.truth; names of docs/joint_models.md)
+        meta["drive_truth"] = drive_truth(cfg, sim.reducer, truth, act)
         return Recording(t=t, q=q_meas, tau_j=tau_meas, i_m=i_meas, tau_m=tau_m_meas,
                          q_cmd=q_cmd, qd=qd_meas, rate_hz=float(s.sample_rate_hz),
                          joint_names=self.joint_names, meta=meta, truth=truth)

@@ -27,6 +27,8 @@ import numpy as np
 from identify.model.drives import DRIVE_KEYS as _DRIVE_KEY_MAP, load_drives
 from identify.model.payload import payload_problem
 
+from .reducer import ReducerLaw, read_law_parameters
+
 #: Keys of one joint entry in the drives YAML (all SI, link side unless noted); the one reader of
 #: that file is :func:`identify.model.drives.load_drives`.
 DRIVE_KEYS = tuple(_DRIVE_KEY_MAP)
@@ -81,6 +83,12 @@ class TwinSettings:
             (None -> no clip).
     Friction and drive options:
         motor_friction, harmonic_friction, link_friction: switch each friction source on/off.
+        reducer_friction_law: the harmonic-drive loss law (:mod:`twin.reducer`): "opposing"
+            (default; xi |tau_in| always against the motion, the identification's "opposing"
+            variant), "paper" (xi tau_in, the paper's generative law, the "linear" variant; not
+            dissipative when back-driven), "load_speed" (speed-dependent coefficient + Stribeck
+            drag from the harmonic-drive literature; no identification variant shares it;
+            parameters in the drive file's ``reducer_friction_laws.load_speed``).
         stribeck: add a Stribeck peak to the Coulomb terms.
         stribeck_ratio: static / Coulomb friction ratio (>= 1).
         stribeck_velocity_rad_s: Stribeck velocity (link side) [rad/s].
@@ -95,6 +103,13 @@ class TwinSettings:
             kinematic error at twice the wave-generator speed).
         backlash_rad: total backlash (play) of the transmission, link side [rad].
         drive_overrides: {joint name: {drives-YAML key: value}} replacing the drive file's values.
+    Contacts (collision-detection tests, :mod:`twin.contacts`):
+        contacts: list of external forces, each {link: URDF link name, time_s: start [s] on the
+            recording's clock (t = 0 at the trajectory's start), duration_s [s], force_N:
+            [fx, fy, fz] in the WORLD frame [N], point_m: optional [x, y, z] in the link's URDF
+            frame [m] (default: the link's centre of mass)}. Applied over every 1 ms period whose
+            start lies in [time_s, time_s + duration_s); recorded in the truth ("tau_ext",
+            "f_ext").
     Sensors (see :mod:`twin.sensors`):
         noise: master switch; False -> ideal sensors (all imperfections below ignored).
         encoder_noise_rad: white noise std of the link encoder [rad] (0.001-0.01 deg realistic).
@@ -128,6 +143,7 @@ class TwinSettings:
     torque_limit_scale: float | None = 1.5
     motor_friction: bool = True
     harmonic_friction: bool = True
+    reducer_friction_law: str = "opposing"
     link_friction: bool = True
     stribeck: bool = False
     stribeck_ratio: object = 1.5
@@ -139,6 +155,7 @@ class TwinSettings:
     ripple_cycles_per_motor_rev: float = 2.0
     backlash_rad: object = 0.0
     drive_overrides: dict = field(default_factory=dict)
+    contacts: list = field(default_factory=list)
     noise: bool = True
     encoder_noise_rad: object = math.radians(0.005)
     encoder_resolution_bits: int | None = 20
@@ -178,7 +195,8 @@ class TwinSettings:
                 raise ValueError(f"{where}.{k}={getattr(self, k)!r}: must be true or false")
         for f in fields(self):
             k, v = f.name, getattr(self, f.name)
-            if k in _BOOL_KEYS or k == "drive_overrides" or (v is None and k in _NULLABLE):
+            if k in _BOOL_KEYS or k in ("drive_overrides", "reducer_friction_law", "contacts") or (
+                    v is None and k in _NULLABLE):
                 continue
             if isinstance(v, (bool, np.bool_)) or (isinstance(v, (list, tuple)) and
                                                    any(isinstance(x, bool) for x in v)):
@@ -240,6 +258,12 @@ class TwinSettings:
             v = getattr(self, k)
             if v is not None and np.any(np.asarray(v, float) < 0):
                 raise ValueError(f"{where}.{k} must be >= 0")
+        from .contacts import check_contacts
+        from .reducer import LAWS
+        check_contacts(self.contacts, f"{where}.contacts")
+        if self.reducer_friction_law not in LAWS:
+            raise ValueError(f"{where}.reducer_friction_law={self.reducer_friction_law!r}: must be "
+                             f"one of {list(LAWS)}")
         if not isinstance(self.drive_overrides, dict):
             raise ValueError(f"{where}.drive_overrides must be a mapping joint -> {{key: value}}")
 
@@ -365,6 +389,8 @@ class TwinConfig:
     qdd_max: np.ndarray
     drives_path: str = ""
     dt: float = 1e-3
+    #: the drive file's ``reducer_friction_laws`` section (twin.reducer.read_law_parameters)
+    reducer_params: dict = field(default_factory=dict)
     gravity: tuple = (0.0, 0.0, -9.81)
 
     @property
@@ -411,7 +437,18 @@ class TwinConfig:
         return cls(urdf=str(urdf_path), joint_names=names, drives=drives, settings=s,
                    payload=_check_payload(payload), q_min=np.asarray(chain.q_min, float),
                    q_max=np.asarray(chain.q_max, float), qd_max=np.asarray(chain.qd_max, float),
-                   tau_max=np.asarray(chain.tau_max, float), qdd_max=qdd, drives_path=str(drives_path))
+                   tau_max=np.asarray(chain.tau_max, float), qdd_max=qdd, drives_path=str(drives_path),
+                   reducer_params=read_law_parameters(drives_path))
+
+    def reducer_law(self):
+        """The :class:`twin.reducer.ReducerLaw` in effect (settings.reducer_friction_law; xi = 0
+        with harmonic_friction off)."""
+        s, d = self.settings, self.drives
+        xi = d.xi if s.harmonic_friction else np.zeros(self.n)
+        # the load_speed law's drag is scaled by the drive file's motor Coulomb level (a size
+        # measure of the drive), whether or not the motor friction itself is switched on
+        fc = d.motor_coulomb if s.harmonic_friction else np.zeros(self.n)
+        return ReducerLaw.build(s.reducer_friction_law, xi, fc, self.reducer_params)
 
 
 def _reference_qdd_max(urdf_path, names) -> np.ndarray:

@@ -52,94 +52,24 @@ unpacked in one batch (:meth:`TwinSim.channels`).
 """
 from __future__ import annotations
 
-import os
+import struct
 import tempfile
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 
 import numpy as np
 import pybullet as p
 
-from identify.model.regressor import compile_function
-
-from .config import TwinConfig
 from . import drive as drv
+from .compiled import compiled as _compiled
+from .compiled import gravity as _gravity
+from .compiled import model_bias
+from .config import TwinConfig
+from .payload import urdf_with_payload
+from .readout import STATE_CHANNELS, StateReadout, TwinState
+
+_TORQUE_CONTROL = p.TORQUE_CONTROL
 
 
-@dataclass
-class TwinState:
-    """Ground-truth state after one control step (all (n,), link side, SI).
-
-    t: time [s]; q, qd, qdd: link angle/velocity/acceleration [rad, rad/s, rad/s^2] (qdd = the
-    step's (qd+ - qd) / dt); q_m, qd_m: motor angle/velocity / eta [rad, rad/s]; q_cmd: commanded
-    link angle [rad]; tau_m: reflected motor torque eta*beta*i [N*m]; i_m: motor current [A];
-    tau_r: torque-sensor (spring) torque [N*m]; tau_in: harmonic-drive input torque tau'_r;
-    tau_l: rigid-body link torque M qdd + h [N*m]; tau_mc, tau_mv: motor-side Coulomb and viscous
-    friction; tau_hd: harmonic-drive load friction; tau_rip: torque ripple; tau_lc, tau_lv:
-    link-side Coulomb and viscous friction (friction positive when resisting positive motion);
-    tau_ff: feed-forward torque; stick_m, stick_l: 1.0 where the motor / link side stuck.
-    """
-
-    t: float
-    q: np.ndarray
-    qd: np.ndarray
-    qdd: np.ndarray
-    q_m: np.ndarray
-    qd_m: np.ndarray
-    q_cmd: np.ndarray
-    tau_m: np.ndarray
-    i_m: np.ndarray
-    tau_r: np.ndarray
-    tau_in: np.ndarray
-    tau_l: np.ndarray
-    tau_mc: np.ndarray
-    tau_mv: np.ndarray
-    tau_hd: np.ndarray
-    tau_rip: np.ndarray
-    tau_lc: np.ndarray
-    tau_lv: np.ndarray
-    tau_ff: np.ndarray
-    stick_m: np.ndarray
-    stick_l: np.ndarray
-
-
-#: TwinState fields that are per-joint arrays (recorded as truth channels).
-STATE_CHANNELS = ("q", "qd", "qdd", "q_m", "qd_m", "q_cmd", "tau_m", "i_m", "tau_r", "tau_in",
-                  "tau_l", "tau_mc", "tau_mv", "tau_hd", "tau_rip", "tau_lc", "tau_lv", "tau_ff",
-                  "stick_m", "stick_l")
-
-
-def urdf_with_payload(urdf: str, joint_names: list, payload: dict, out_dir: str) -> str:
-    """Copy of `urdf` with a payload link fixed to the last moving joint's child link.
-
-    payload: {mass_kg, com_m (3,), inertia_kgm2 [Ixx, Iyy, Izz, Ixy, Ixz, Iyz] about the COM},
-    expressed in the last joint's link frame. Returns the new file's path."""
-    tree = ET.parse(urdf)
-    root = tree.getroot()
-    last = None
-    for j in root.findall("joint"):
-        if j.get("name") == joint_names[-1]:
-            last = j.find("child").get("link")
-    if last is None:
-        raise ValueError(f"{urdf}: joint {joint_names[-1]!r} not found for the payload")
-    I = payload["inertia_kgm2"]
-    c = payload["com_m"]
-    link = ET.SubElement(root, "link", name="twin_payload")
-    inertial = ET.SubElement(link, "inertial")
-    ET.SubElement(inertial, "origin", xyz=f"{c[0]!r} {c[1]!r} {c[2]!r}", rpy="0 0 0")
-    ET.SubElement(inertial, "mass", value=repr(float(payload["mass_kg"])))
-    ET.SubElement(inertial, "inertia", ixx=repr(I[0]), iyy=repr(I[1]), izz=repr(I[2]),
-                  ixy=repr(I[3]), ixz=repr(I[4]), iyz=repr(I[5]))
-    joint = ET.SubElement(root, "joint", name="twin_payload_fixed", type="fixed")
-    ET.SubElement(joint, "parent", link=last)
-    ET.SubElement(joint, "child", link="twin_payload")
-    ET.SubElement(joint, "origin", xyz="0 0 0", rpy="0 0 0")
-    path = os.path.join(out_dir, "arm_with_payload.urdf")
-    tree.write(path)
-    return path
-
-
-class TwinSim:
+class TwinSim(StateReadout):
     """PyBullet arm with compliant harmonic-drive joints and a 1 kHz position loop.
 
     Usage::
@@ -154,7 +84,10 @@ class TwinSim:
     are read-only properties returning copies.
     """
 
-    def __init__(self, cfg: TwinConfig, gui: bool | None = None):
+    def __init__(self, cfg: TwinConfig, gui: bool | None = None, contact_k0: int = 0):
+        """cfg: the twin's configuration; gui: override settings.gui; contact_k0: simulation
+        period at which the contacts' clock (TwinSettings.contacts time_s = 0) starts (the
+        backend's settle periods)."""
         self.cfg = cfg
         s = cfg.settings
         self.n = n = cfg.n
@@ -176,9 +109,11 @@ class TwinSim:
         self.body = p.loadURDF(urdf, useFixedBase=True, flags=p.URDF_USE_INERTIA_FROM_FILE,
                                physicsClientId=c)
         idx = {}
+        links = {}
         for k in range(p.getNumJoints(self.body, physicsClientId=c)):
             info = p.getJointInfo(self.body, k, physicsClientId=c)
             idx[info[1].decode()] = k
+            links[info[12].decode()] = k
             # no hidden damping anywhere: the drive model owns all friction
             p.changeDynamics(self.body, k, linearDamping=0.0, angularDamping=0.0, jointDamping=0.0,
                              physicsClientId=c)
@@ -187,6 +122,16 @@ class TwinSim:
         if missing:
             raise ValueError(f"{urdf}: PyBullet did not load joint(s) {missing}")
         self.jidx = [idx[j] for j in cfg.joint_names]
+        #: external contact forces (twin.contacts), None without contacts
+        self.contacts = None
+        if s.contacts:
+            from .contacts import Contacts
+            moving = [k for k in range(p.getNumJoints(self.body, physicsClientId=c))
+                      if p.getJointInfo(self.body, k, physicsClientId=c)[2] != p.JOINT_FIXED]
+            if moving != self.jidx:
+                raise ValueError(f"{urdf}: contacts need the moving joints in URDF order, got "
+                                 f"{cfg.joint_names}")
+            self.contacts = Contacts(s.contacts, self.body, c, self.jidx, links, dt, contact_k0)
         # disable the default velocity motors (they would act as hidden friction)
         p.setJointMotorControlArray(self.body, self.jidx, p.VELOCITY_CONTROL,
                                     forces=[0.0] * n, physicsClientId=c)
@@ -204,8 +149,10 @@ class TwinSim:
         self.fv_l = d.link_viscous * (1.0 if s.link_friction else 0.0)
         if not s.harmonic_friction:
             self.xi = np.zeros(n)
-        self._hd_drv = self.xi / (1.0 - self.xi)
-        self._hd_bck = self.xi / (1.0 + self.xi)
+        #: the reducer friction law in effect (twin.reducer)
+        self.reducer = cfg.reducer_law()
+        # tau_in / tau_r of the law's linear part (paper law): the motor holds gam * tau_r
+        self._gam = self.reducer.gam if self.enabled else np.ones(n)
         self.asym = s.per_joint("coulomb_asymmetry", n)
         self.stribeck = bool(s.stribeck)
         self.str_ratio = s.per_joint("stribeck_ratio", n)
@@ -250,7 +197,7 @@ class TwinSim:
             self._Mbuf, self._b, self._Wd = np.zeros((n, n)), np.zeros(mlay.size), np.zeros(2 * n)
             self._B = mlay.views(self._b)
             self._B["D"][:], self._B["J"][:], self._B["dt"][:] = self.D, self.J, dt
-            self._B["hd_drv"][:], self._B["hd_bck"][:] = self._hd_drv, self._hd_bck
+            self._B["gam"][:] = self._gam
             self._mbuf, self._run_m = _compiled("matrices", n).buffer()
             self._mbuf.set_arg(0, memoryview(self._Mbuf))
             self._mbuf.set_arg(1, memoryview(self._b))
@@ -288,6 +235,8 @@ class TwinSim:
         c["backlash"][:], c["K"][:] = self.backlash, self.K
         c["drift"][:], c["drift_T"][:], c["dt"][:] = self.drift, self.drift_T, dt
         c["tau_lim"][:] = np.inf if self.tau_lim is None else self.tau_lim
+        for k, val in self.reducer.step_parameters().items():
+            c[k][:] = val
         if self._theta is not None:
             c["theta"][:] = self._theta
 
@@ -295,29 +244,9 @@ class TwinSim:
     BIAS_RTOL = 1e-9
 
     def _model_bias(self, urdf: str):
-        """(theta, key) of the arm's regressor when its bias h(q, v) = Y(q, v, 0) theta matches
-        PyBullet's calculateInverseDynamics (relative BIAS_RTOL, at seeded random states inside the
-        joint limits), else (None, None)."""
-        from identify.model.robot_model import RobotModel
-        try:
-            model = RobotModel.from_urdf(urdf, self.cfg.joint_names, gravity=_gravity(self.cfg))
-        except Exception:                     # noqa: BLE001 -- any failure: use PyBullet's h
-            return None, None
-        key = (model.placements.tobytes(), model.axes.tobytes(), model.gravity.tobytes())
-        reg = _REGRESSORS.get(key)
-        if reg is None:
-            reg = _REGRESSORS[key] = _Regressor(model)
-        rng = np.random.default_rng(0)
-        lo = np.where(np.isfinite(self.cfg.q_min), self.cfg.q_min, -np.pi)
-        hi = np.where(np.isfinite(self.cfg.q_max), self.cfg.q_max, np.pi)
-        q = rng.uniform(lo, hi, (4, self.n))
-        v = rng.uniform(-2.0, 2.0, (4, self.n))
-        h_model = np.einsum("kij,j->ki", reg.Y(q, v, np.zeros_like(q)), model.params)
-        h_pb = np.array([self.bias(q[k], v[k]) for k in range(len(q))])
-        scale = np.maximum(np.abs(h_pb).max(axis=1, keepdims=True), 1.0)
-        if not np.all(np.abs(h_model - h_pb) <= self.BIAS_RTOL * scale):
-            return None, None
-        return model.params.copy(), key
+        """(theta, key) of the arm's regressor when its bias matches PyBullet's
+        (:func:`twin.compiled.model_bias` with tolerance BIAS_RTOL), else (None, None)."""
+        return model_bias(urdf, self.cfg, self.bias, self.BIAS_RTOL)
 
     # ---------------------------------------------------------------------------------------
     def mass_matrix(self, q) -> np.ndarray:
@@ -374,7 +303,8 @@ class TwinSim:
         if self.position_control:
             e0 = (qm if self.defl_comp else q0) - qm
             # rigid decoupled loop: tau = M u, so the integrator holds M^-1 g
-            g_u = np.linalg.solve(M, g) if self.loop == "decoupled" else g
+            # the motor holds the reducer's input torque gam g (paper law: gam = 1 / (1 - xi))
+            g_u = np.linalg.solve(M, g) if self.loop == "decoupled" else self._gam * g
             integ = np.where(self.ki > 0, (g_u - self.kp * e0) / np.where(self.ki > 0, self.ki, 1.0), 0.0)
         else:
             integ = np.zeros(self.n)
@@ -388,8 +318,11 @@ class TwinSim:
         self._ql, self._vl = q0.tolist(), qd0.tolist()
         Y["w"][:], Y["qm"][:], Y["tau_r"][:], Y["integ"][:], Y["qc"][:] = (
             X["w"], X["qm"], X["tau_r"], X["integ"], X["qc_prev"])
-        Y["tau_m"][:], Y["tau_l"][:], Y["tau_in"][:] = g, g, X["tau_r"]
+        Y["tau_m"][:], Y["tau_l"][:], Y["tau_in"][:] = self._gam * g, g, self._gam * X["tau_r"]
         Y["v_prev"][:] = qd0
+        # the rest "period" before t = 0: start state = the reset state (snapshot() right after
+        # reset is the aligned sample of the rest pose)
+        Y["q_prev"][:], Y["w_prev"][:], Y["qm_prev"][:], Y["qc_prev"][:] = q0, qd0, qm, q0
         Y["stick_m"][:] = Y["stick_l"][:] = 1.0 if self.enabled else 0.0
         Y["K_eff"][:] = self.K
         self._M = M
@@ -458,10 +391,10 @@ class TwinSim:
         Y = [u, w+, v+, tau_r, tau_l, q_m+] (6n) with u = w+ - v+ and q_m+ = q_m + dt w+.
         Y = A x + Cl P_l + Cm P_m for friction impulses P_l (links) and P_m (motors) [N*m*s].
         Equations: M (v+ - v) = dt (tau_r - f_lv v - h) + P_l,
-        J (w+ - w) = dt (tau_me - f_mv w - tau_r) + P_m, tau_r = K e + (K dt + D) u.
-        Harmonic-drive friction is evaluated at the END-of-step torque: sliding, the friction
-        impulse changes tau_r by gT * P_m (own joint), so F_hd = c |T_s - gT sg dt F_hd| ->
-        F_hd = c |T_s| / (1 +- c gT dt) (the factors k_drv, k_bck)."""
+        J (w+ - w) = dt (tau_me - f_mv w - gam tau_r) + P_m, tau_r = K e + (K dt + D) u, gam the
+        reducer law's linear ratio tau_in / tau_r (1 but for the paper law). The reducer's
+        Coulomb-type loss is evaluated in the compiled step, exactly at the END-of-step torque
+        (:func:`twin.step_graph.step_function`)."""
         # viscous friction follows the warm-up drift, refreshed with M (every mass_matrix_every
         # steps; the drift's time constant is seconds to minutes)
         if not self.enabled:
@@ -513,6 +446,9 @@ class TwinSim:
         x[self._it] = self.t
         c = self.client
         k = self.k
+        if self.contacts is not None:
+            tau_ext = self.contacts.apply(self.k, self._ql)
+            self._X["tau_ext"][:] = 0.0 if tau_ext is None else tau_ext
         if self.enabled:
             if k % self.mm_every == 0 and k > 0:
                 self._M = self.mass_matrix(x[:self.n].tolist())
@@ -543,6 +479,96 @@ class TwinSim:
         self.k = k = k + 1
         self.t = k * self.dt
 
+    def run(self, q_cmd: np.ndarray, tau_ff: np.ndarray | None = None,
+            snapshot_at: np.ndarray | None = None, out: np.ndarray | None = None) -> None:
+        """Advance ``len(q_cmd)`` control periods in one call: period m gets the command
+        q_cmd[m] (N, n) [rad] and feed-forward tau_ff[m] (N, n) [N*m] (None: none), exactly as
+        N calls of :meth:`advance`. snapshot_at (S,) int: period indices in [0, N); row r of
+        `out` (S, snapshot_size) receives :meth:`snapshot` taken just AFTER period
+        snapshot_at[r] -- the row that :meth:`channels` turns into the aligned sample at the
+        START of that period (state at its start, torques acting during it).
+
+        Why: the per-period Python work (argument checks, attribute look-ups, the snapshot
+        schedule, list building of the PyBullet results) is what separated the twin from the bare
+        set-torques / step / read-states loop; here it runs with local names, preallocated
+        buffers and ``zip`` unpacking of getJointStates. Arms whose bias comes from PyBullet, rigid
+        joints, backlash and contacts take the general :meth:`advance` per period (same results)."""
+        if not self._reset_done:
+            raise RuntimeError("TwinSim.run before reset(q0)")
+        n = self.n
+        qc = np.ascontiguousarray(q_cmd, dtype=float)
+        N = qc.shape[0]
+        if qc.ndim != 2 or qc.shape[1] != n:
+            raise ValueError(f"run: q_cmd has shape {qc.shape}, expected (N, {n})")
+        ffa = None
+        if tau_ff is not None:
+            ffa = np.ascontiguousarray(tau_ff, dtype=float)
+            if ffa.shape != qc.shape:
+                raise ValueError(f"run: tau_ff has shape {ffa.shape}, expected {qc.shape}")
+        snap = np.zeros(0, dtype=int) if snapshot_at is None else np.asarray(snapshot_at, int).reshape(-1)
+        if snap.size and (out is None or out.shape != (snap.size, self.snapshot_size)):
+            raise ValueError(f"run: out must have shape ({snap.size}, {self.snapshot_size})")
+        if snap.size and (snap.min() < 0 or snap.max() >= N):
+            raise ValueError(f"run: snapshot_at must lie within [0, {N})")
+        order = np.argsort(snap, kind="stable")
+        sched = [(int(snap[r]), int(r)) for r in order] + [(-1, -1)]      # sentinel
+        ip = 0
+        if not (self.enabled and self._theta is not None and not self._backlash_on
+                and self.contacts is None):
+            for m in range(N):
+                self.advance(qc[m], None if ffa is None else ffa[m])
+                while sched[ip][0] == m:
+                    self.snapshot(out[sched[ip][1]])
+                    ip += 1
+        else:
+            if ffa is None and self._ff_set:
+                self._xff[:] = 0.0
+                self._ff_set = False
+            x, y, xqc, xff = self._x, self._y, self._xqc, self._xff
+            m2 = 2 * n
+            it, ibad, run = self._it, self._ibad, self._run
+            cx, cy, ytau = self._commit_x, self._commit_y, self._ytau
+            # q, v straight from getJointStates' tuples into x's first 2n floats (one C call)
+            put_qv = struct.Struct(f"{m2}d").pack_into
+            xb = memoryview(x).cast("B")
+            body, jidx, c, dt, mm = self.body, self.jidx, self.client, self.dt, self.mm_every
+            set_torques, step_sim, get_states = (p.setJointMotorControlArray, p.stepSimulation,
+                                                 p.getJointStates)
+            k = self.k
+            nxt = sched[ip][0]
+            qs = vs = None
+            try:
+                for m in range(N):
+                    xqc[:] = qc[m]
+                    if ffa is not None:
+                        xff[:] = ffa[m]
+                    x[it] = k * dt
+                    if k % mm == 0 and k > 0:
+                        self.k, self.t = k, k * dt           # the drift scale reads self.t
+                        self._M = self.mass_matrix(x[:n].tolist())
+                        self._build_matrices(self._M, self._Keff)
+                    run()
+                    if y[ibad]:
+                        self.k, self.t = k, k * dt
+                        self._input_error(qc[m], None if ffa is None else ffa[m])
+                    x[cx] = y[cy]
+                    set_torques(body, jidx, _TORQUE_CONTROL, forces=ytau.tolist(), physicsClientId=c)
+                    step_sim(physicsClientId=c)
+                    qs, vs, _, _ = zip(*get_states(body, jidx, physicsClientId=c))
+                    put_qv(xb, 0, *qs, *vs)
+                    k += 1
+                    while nxt == m:
+                        row = out[sched[ip][1]]
+                        row[:m2] = x[:m2]
+                        row[m2:] = y
+                        ip += 1
+                        nxt = sched[ip][0]
+            finally:
+                self.k, self.t = k, k * dt
+                if qs is not None:
+                    self._ql, self._vl = list(qs), list(vs)
+                    self._ff_set = ffa is not None
+
     def _input_error(self, qc, tau_ff):
         """Raise the ValueError for a non-finite command or a bad feed-forward (state untouched)."""
         if not np.all(np.isfinite(qc)):
@@ -562,151 +588,6 @@ class TwinSim:
         C["c1"][:], C["c2"][:], C["c3"][:] = kp + kd / dt, -kd / dt, -kp
         C["c4"][:], C["c5"][:], C["c6"][:] = -kd, kp * invK, ki
         C["b1"][:], C["b3"][:], C["b5"][:] = dt, -dt, dt * invK
-
-    # -- state read-out: properties (copies) and the flat snapshot used by the backend -----------
-    @property
-    def snapshot_size(self) -> int:
-        """Length of :meth:`snapshot` rows."""
-        return 2 * self.n + self._lay["y"].size
-
-    def snapshot(self, out: np.ndarray | None = None) -> np.ndarray:
-        """The current state as one flat row (q, v, then the step's outputs) [SI]; written into
-        `out` (snapshot_size,) if given. :meth:`channels` turns rows into named channels."""
-        if out is None:
-            out = np.empty(self.snapshot_size)
-        m = 2 * self.n
-        out[:m] = self._x[:m]
-        out[m:] = self._y
-        return out
-
-    def channels(self, rows: np.ndarray) -> dict:
-        """Snapshot rows (N, snapshot_size) -> {channel: (N, n) array} for every
-        :data:`STATE_CHANNELS` entry (SI; see :class:`TwinState`)."""
-        R = np.asarray(rows, dtype=float)
-        if R.ndim != 2 or R.shape[1] != self.snapshot_size:
-            raise ValueError(f"channels: rows have shape {R.shape}, expected (N, {self.snapshot_size})")
-        n, m, ly = self.n, 2 * self.n, self._lay["y"]
-        get = lambda name: R[:, m:][:, ly.slice(name)]          # noqa: E731
-        v = R[:, n:m]
-        out = {"q": R[:, :n], "qd": v, "qdd": (v - get("v_prev")) / self.dt, "q_m": get("qm"),
-               "qd_m": get("w"), "q_cmd": get("qc"), "tau_m": get("tau_m"),
-               "i_m": get("tau_m") / self.torque_factor}
-        for name in STATE_CHANNELS:
-            if name not in out:
-                out[name] = get(name)
-        return {name: np.array(out[name]) for name in STATE_CHANNELS}
-
-    @property
-    def q(self) -> np.ndarray:
-        """Link angle [rad] (n,)."""
-        return self._X["q"].copy()
-
-    @property
-    def v(self) -> np.ndarray:
-        """Link velocity [rad/s] (n,)."""
-        return self._X["v"].copy()
-
-    @property
-    def qdd(self) -> np.ndarray:
-        """Link acceleration of the last step, (qd+ - qd) / dt [rad/s^2]."""
-        return (self._X["v"] - self._Y["v_prev"]) / self.dt
-
-    @property
-    def w(self) -> np.ndarray:
-        """Motor velocity / eta [rad/s] (n,)."""
-        return self._Y["w"].copy()
-
-    @property
-    def qm(self) -> np.ndarray:
-        """Motor angle / eta [rad] (n,)."""
-        return self._Y["qm"].copy()
-
-    @property
-    def q_cmd(self) -> np.ndarray:
-        """Last commanded link angle [rad] (n,)."""
-        return self._Y["qc"].copy()
-
-    @property
-    def integ(self) -> np.ndarray:
-        """Integral of the position-loop error [rad*s] (n,)."""
-        return self._Y["integ"].copy()
-
-    @property
-    def tau_m(self) -> np.ndarray:
-        """Reflected motor torque eta*beta*i [N*m] (n,)."""
-        return self._Y["tau_m"].copy()
-
-    @property
-    def tau_r(self) -> np.ndarray:
-        """Spring (torque-sensor) torque [N*m] (n,)."""
-        return self._Y["tau_r"].copy()
-
-    @property
-    def tau_l(self) -> np.ndarray:
-        """Torque applied to the links (rigid-body M qdd + h) [N*m] (n,)."""
-        return self._Y["tau_l"].copy()
-
-    @property
-    def tau_ff(self) -> np.ndarray:
-        """Feed-forward torque of the last step [N*m] (n,)."""
-        return self._Y["tau_ff"].copy()
-
-    @property
-    def tau_hd(self) -> np.ndarray:
-        """Harmonic-drive load friction of the last step [N*m] (its share of the motor-side
-        Coulomb-type impulse; positive resists positive motion)."""
-        return self._Y["tau_hd"].copy()
-
-    @property
-    def tau_mc(self) -> np.ndarray:
-        """Motor-side Coulomb friction of the last step [N*m]."""
-        return self._Y["tau_mc"].copy()
-
-    @property
-    def tau_in(self) -> np.ndarray:
-        """Harmonic-drive input torque tau'_r = tau_r + tau_hd [N*m]."""
-        return self._Y["tau_in"].copy()
-
-    @property
-    def tau_lc(self) -> np.ndarray:
-        """Link-side Coulomb friction of the last step [N*m]."""
-        return self._Y["tau_lc"].copy()
-
-    @property
-    def tau_mv(self) -> np.ndarray:
-        """Motor-side viscous friction of the last step [N*m]."""
-        return self._Y["tau_mv"].copy()
-
-    @property
-    def tau_lv(self) -> np.ndarray:
-        """Link-side viscous friction of the last step [N*m]."""
-        return self._Y["tau_lv"].copy()
-
-    @property
-    def tau_rip(self) -> np.ndarray:
-        """Torque ripple of the last step [N*m]."""
-        return self._Y["tau_rip"].copy()
-
-    @property
-    def stick_m(self) -> np.ndarray:
-        """1.0 where the motor side stuck in the last step."""
-        return self._Y["stick_m"].copy()
-
-    @property
-    def stick_l(self) -> np.ndarray:
-        """1.0 where the link side stuck in the last step."""
-        return self._Y["stick_l"].copy()
-
-    def state(self) -> TwinState:
-        """The current ground-truth state (copies; same values as :meth:`channels`)."""
-        n = self.n
-        xc = self._x[:2 * n].copy()
-        yc = self._y.copy()
-        kw = {name: yc[sl] for name, sl in self._state_slices}
-        kw["q"], kw["qd"] = xc[:n], xc[n:]
-        kw["qdd"] = (kw["qd"] - yc[self._vprev_slice]) / self.dt
-        kw["i_m"] = kw["tau_m"] / self.torque_factor
-        return TwinState(t=self.t, **kw)
 
     def close(self) -> None:
         """Disconnect PyBullet and remove temporary files."""
@@ -733,43 +614,4 @@ class TwinSim:
             pass
 
 
-_TORQUE_CONTROL = p.TORQUE_CONTROL
-
-#: compiled functions (twin.drive.step_function / matrices_function), built once per process
-_COMPILED: dict = {}
-
-
-class _Regressor:
-    """An arm's symbolic regressor (for the compiled bias) and a batch evaluator of it."""
-
-    def __init__(self, model):
-        from identify.model.regressor import BatchEvaluator
-        self.f = model.regressor_function()
-        self.Y = BatchEvaluator(self.f)
-
-
-#: regressors per arm geometry (placements, axes, gravity)
-_REGRESSORS: dict = {}
-
-
-def _compiled(kind: str, n: int, *flags):
-    """The compiled step ("step", n, drive model, position loop, backlash, regressor key) or
-    matrix build ("matrices", n); the generated C is cached on disk by
-    identify.model.regressor.compile_function."""
-    key = (kind, n) + flags
-    f = _COMPILED.get(key)
-    if f is None:
-        if kind == "step":
-            enabled, position_control, backlash, reg_key = flags
-            f = drv.step_function(n, enabled=enabled, position_control=position_control,
-                                  backlash=backlash,
-                                  regressor=None if reg_key is None else _REGRESSORS[reg_key].f)
-        else:
-            f = drv.matrices_function(n)
-        f = _COMPILED[key] = compile_function(f)
-    return f
-
-
-def _gravity(cfg: TwinConfig):
-    """World gravity [m/s^2] (TwinConfig.gravity)."""
-    return tuple(float(x) for x in cfg.gravity)
+__all__ = ["TwinSim", "TwinState", "STATE_CHANNELS", "urdf_with_payload"]

@@ -5,6 +5,31 @@ current) plus the commanded trajectory. The twin additionally fills `truth` with
 ground truth (true states, friction components, motor angles); identification code must never
 read `truth` -- it exists only so tests and reports can compare identified values with the truth.
 
+What instant each field of sample k refers to (the contract every backend must meet; the twin
+meets it exactly, see docs/twin.md). The drive runs a control period of dt (1 ms); t_k is the
+start of a period, and the drive's commands and its torque/current are held (zero-order hold)
+over [t_k, t_k + dt). Every field of sample k refers to the SAME instant t_k:
+
+    t[k]        t_k [s].
+    q[k]        link encoder angle at t_k [rad].
+    qd[k]       drive-reported (motor-side, reflected) velocity at t_k [rad/s].
+    tau_j[k]    joint-torque-sensor torque acting during [t_k, t_k + dt) [N*m] -- the torque the
+                link receives, so tau_j[k] - link friction = M(q[k]) qdd[k] + h(q[k], qd[k]).
+    i_m[k]      motor current held during [t_k, t_k + dt) (set from the measurements at t_k) [A].
+    tau_m[k]    eta * beta * i_m[k] [N*m], same instant as i_m.
+    q_cmd[k]    position set point in effect at t_k (the trajectory evaluated at t_k) [rad].
+    status[k]   drive status word read at t_k.
+    truth[...]  (simulators) the same instant: "q", "qd", "q_m", "qd_m", "q_cmd" at t_k; "qdd" the
+                link acceleration over [t_k, t_k + dt), (qd(t_k + dt) - qd(t_k)) / dt, i.e. the
+                second central difference of the positions at k; every torque component
+                ("tau_m", "tau_r", "tau_l", friction parts) and flag ("stick_*") the value held
+                during [t_k, t_k + dt). Truth is never delayed.
+
+A measurement delay is a deliberate, documented imperfection of a backend (the twin's
+``io_delay_s``): every measured field (q, qd, tau_j, i_m, tau_m) of sample k is then the
+aligned value of t_k - delay; t, q_cmd and truth are not delayed. ``meta["sample_alignment"]``
+states the convention a backend implements (twin: "period_start").
+
 Files: a single ``.npz``. Writing is atomic (temporary file + ``os.replace``), so a run killed
 mid-write never leaves a file that looks complete. Backends that stream (the hardware loop) write
 chunks with :class:`ChunkWriter` and assemble them with :func:`assemble_chunks`; a killed stream

@@ -1,0 +1,112 @@
+"""The twin's ground truth of every drive coefficient, as simulated: ``rec.meta["drive_truth"]``.
+
+Names as in docs/joint_models.md and identify.app.truth.true_link_parameters (per joint, link side,
+SI): stage 2 ``xi_opp``, ``xi_lin`` [-], ``f_mc`` [N*m], ``f_mv`` [N*m*s/rad], ``J_m`` (the
+REFLECTED rotor inertia eta^2 J_m, as the identification's a4 / (1 - xi)) [kg*m^2], ``J_m/K``
+[s^2]; stage 1 (link side) ``viscous`` [N*m*s/rad], ``coulomb`` [N*m]. Switched-off sources are 0.
+
+The reducer law (twin.reducer) decides which loss coefficient is a constant truth: ``opposing``
+-> xi_opp = xi, xi_lin = 0; ``paper`` -> xi_lin = xi, xi_opp = 0; ``load_speed`` -> none (None),
+its parameters in ``law_params``. ``xi_realized`` is measured on the run's own truth channels
+(sliding motor samples, |tau_in| above 5 % of the joint's largest): for the opposing law
+sum |tau_rf| |tau_in| / sum tau_in^2, for the paper law sum tau_rf tau_in / sum tau_in^2 (and for
+load_speed the opposing-equivalent value, not a truth); ``xi_realized_max_rel_dev`` the largest
+relative deviation of one sample from the law. Both are None where no sample qualifies.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .reducer import ReducerLaw
+
+#: twin options under which a friction coefficient is not one constant (as in identify.app.truth)
+_NOT_CONSTANT = {
+    "stribeck": "stribeck: Coulomb friction with a Stribeck peak at low speed",
+    "coulomb_asymmetry": "coulomb_asymmetry: different Coulomb levels in the two directions",
+    "friction_drift": "friction_drift: friction changes during the run (warm-up)",
+}
+
+
+def realized_xi(law: ReducerLaw, truth: dict, frac: float = 0.05) -> tuple[list, list]:
+    """(xi_realized, max relative deviation) per joint from truth channels tau_in, tau_hd,
+    stick_m (N, n) of a run (see module doc); entries None where no sample qualifies."""
+    tin, thd, stick = (np.asarray(truth[k], float) for k in ("tau_in", "tau_hd", "stick_m"))
+    xi_r, dev = [], []
+    for j in range(tin.shape[1]):
+        a, b = tin[:, j], thd[:, j]
+        big = np.abs(a) > frac * max(np.abs(a).max(), 1e-12)
+        ok = (stick[:, j] == 0) & big & (np.abs(a) > 1e-9)
+        if law.name == "paper":
+            ok = big
+        if not ok.any() or law.xi[j] == 0:
+            xi_r.append(None if not ok.any() else 0.0)
+            dev.append(None)
+            continue
+        a, b = a[ok], b[ok]
+        if law.name == "paper":
+            x = float(a @ b / (a @ a))
+            d = np.abs(b - law.xi[j] * a) / (law.xi[j] * np.abs(a))
+        else:
+            x = float(np.abs(a) @ np.abs(b) / (a @ a))
+            d = np.abs(np.abs(b) - law.xi[j] * np.abs(a)) / (law.xi[j] * np.abs(a))
+        xi_r.append(x)
+        dev.append(float(d.max()) if law.name != "load_speed" else None)
+    return xi_r, dev
+
+
+def drive_truth(cfg, law: ReducerLaw, truth: dict | None = None, cols=None) -> dict:
+    """``rec.meta["drive_truth"]`` for a run with TwinConfig `cfg` and reducer `law`; truth: the
+    run's truth channels (N, k) of the recorded joints `cols` (indices into cfg's joints; None:
+    all). JSON-ready (lists, None where a value does not exist)."""
+    s, d = cfg.settings, cfg.drives
+    idx = np.arange(cfg.n) if cols is None else np.asarray(cols, int)
+    dm = bool(s.drive_model)
+    on = {k: dm and bool(getattr(s, k)) for k in ("motor_friction", "harmonic_friction", "link_friction")}
+    pick = lambda a: [float(x) for x in np.asarray(a, float)[idx]]      # noqa: E731
+    xi = d.xi * on["harmonic_friction"]
+    zero = np.zeros(cfg.n)
+    if law.name == "opposing":
+        xi_opp, xi_lin = xi, zero
+    elif law.name == "paper":
+        xi_opp, xi_lin = zero, xi
+    else:
+        xi_opp = xi_lin = None
+    J_r = d.J_r * dm
+    reasons = [r for k, r in _NOT_CONSTANT.items()
+               if (k == "stribeck" and s.stribeck)
+               or (k == "coulomb_asymmetry" and np.any(np.asarray(s.coulomb_asymmetry, float) != 0))
+               or (k == "friction_drift" and float(s.friction_drift) != 0)]
+    na = {"stage1": [f"{r} (link friction)" for r in reasons] if on["link_friction"] else [],
+          "stage2": [f"{r} (motor friction)" for r in reasons] if on["motor_friction"] else []}
+    if not dm:
+        na["stage2"].append("drive_model: false -- no drive (tau_m = tau_j), no stage-2 coefficients")
+    elif law.name == "load_speed" and on["harmonic_friction"]:
+        na["stage2"].append("reducer_friction_law: load_speed -- the loss coefficient depends on "
+                            "speed and a Stribeck drag is added; no identification variant shares "
+                            "this law, so xi has no constant truth")
+    out = {
+        "joints": [cfg.joint_names[j] for j in idx],
+        **law.describe(),
+        "xi_opp": None if xi_opp is None else pick(xi_opp),
+        "xi_lin": None if xi_lin is None else pick(xi_lin),
+        "xi_nominal": pick(xi),
+        "f_mc": pick(d.motor_coulomb * on["motor_friction"]),
+        "f_mv": pick(d.motor_viscous * on["motor_friction"]),
+        "J_m": pick(J_r),
+        "J_m/K": pick(J_r / d.stiffness),
+        "viscous": pick(d.link_viscous * on["link_friction"]),
+        "coulomb": pick(d.link_coulomb * on["link_friction"]),
+        "constant_parameter_truth": {k: not v for k, v in na.items()},
+        "not_constant": na,
+        "units": {"xi_opp": "-", "xi_lin": "-", "f_mc": "N*m", "f_mv": "N*m*s/rad",
+                  "J_m": "kg*m^2 (reflected, eta^2 J_m)", "J_m/K": "s^2", "viscous": "N*m*s/rad",
+                  "coulomb": "N*m"},
+    }
+    if law.name == "load_speed":
+        out["law_params"] = {"mu0": pick(law.mu0), "mu1": pick(law.mu1), "w_mu_rad_s": pick(law.w_mu),
+                             "F0_Nm": pick(law.F0), "w_s_rad_s": pick(law.w_s)}
+    if truth is not None and dm:
+        sub = ReducerLaw(law.name, law.xi[idx], law.xi_lin[idx], law.mu0[idx], law.mu1[idx],
+                         law.w_mu[idx], law.F0[idx], law.w_s[idx], law.params)
+        out["xi_realized"], out["xi_realized_max_rel_dev"] = realized_xi(sub, truth)
+    return out
