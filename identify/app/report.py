@@ -71,7 +71,8 @@ def _fmt(v, digits: int = 4) -> str:
 def _load(folder: Path):
     metrics_p = folder / "metrics.json"
     if not metrics_p.is_file():
-        raise FileNotFoundError(f"{folder}: not a finished run folder (no metrics.json)")
+        raise FileNotFoundError(f"{folder}: not a finished run folder (no metrics.json) nor a "
+                                f"trajectory folder (no trajectories.yaml)")
     try:
         metrics = json.loads(metrics_p.read_text())
     except json.JSONDecodeError as exc:
@@ -83,6 +84,16 @@ def _load(folder: Path):
     if (folder / "scenario.yaml").is_file():
         scenario = yaml.safe_load((folder / "scenario.yaml").read_text()) or {}
     return metrics, params, scenario
+
+
+def _plot_files(folder: Path, metrics: dict) -> list[Path]:
+    """The plots of THIS run: those metrics.json lists under files.plots (a run folder reused
+    with --force or plots: false never shows another run's images); folders written before that
+    list existed: every plots/*.png."""
+    listed = (metrics.get("files") or {}).get("plots")
+    if isinstance(listed, list):
+        return sorted(folder / p for p in listed if (folder / p).is_file())
+    return sorted((folder / "plots").glob("*.png")) if (folder / "plots").is_dir() else []
 
 
 def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[tuple]:
@@ -97,6 +108,11 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
     B.append(("p", f"Backend: **{metrics.get('backend', '?')}** -- command: `{metrics.get('command', '?')}` "
                    f"-- created {metrics.get('created', '?')} -- folder `{folder.name}`"))
 
+    loud = [m for m in metrics.get("messages") or [] if str(m).startswith("WARNING")]
+    if loud:
+        B.append(("h", 2, "WARNING: results not trustworthy"))
+        for m in loud:
+            B.append(("p", f"**{m}**"))
     rms = metrics.get("rms", {})
     imp = metrics.get("improvement_percent", {})
     if rms:
@@ -160,7 +176,7 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                          _fmt(ti.get("samples")), ti.get("source", "--")])
         B.append(("table", head, rows))
 
-    plots = sorted((folder / "plots").glob("*.png")) if (folder / "plots").is_dir() else []
+    plots = _plot_files(folder, metrics)
     order = ("trajectory", "torque", "residual", "param", "sweep")
     for group in order:
         sel = [p for p in plots if p.stem.startswith(group)]
@@ -298,6 +314,10 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                                + "; ".join(f"{', '.join(nms)} -- {why}" for why, nms in by.items())
                                + "."))
 
+    quiet = [m for m in metrics.get("messages") or [] if not str(m).startswith("WARNING")]
+    if quiet:
+        B.append(("h", 2, "Messages"))
+        B.append(("code", "\n".join(str(m) for m in quiet)))
     timings = metrics.get("timings_s", {})
     if timings:
         B.append(("h", 2, "Timings"))
@@ -306,6 +326,33 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                    if p.is_file() and p.name not in ("report.md", "report.html"))
     B.append(("h", 2, "Files"))
     B.append(("code", "\n".join(files)))
+    return B
+
+
+def _trajectory_blocks(folder: Path) -> list[tuple]:
+    """Report of a trajectory folder (``twinid trajectory``): what it is, cond(W) and the
+    limits used per trajectory, and the plots."""
+    try:
+        doc = yaml.safe_load((folder / "trajectories.yaml").read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{folder / 'trajectories.yaml'}: not valid YAML ({exc})") from None
+    B: list[tuple] = [("h", 1, f"twinid trajectories: {doc.get('name', folder.name)}")]
+    B.append(("p", "A trajectory folder written by `twinid trajectory` (no identification was "
+                   "run): the optimized excitation and validation trajectories as Fourier "
+                   "coefficients. Use one in a scenario with `trajectories.<label>: {source: "
+                   "file, file: <folder>/<label>.yaml}`."))
+    trajs = doc.get("trajectories") or {}
+    head = ["trajectory", "cond(W_base)", "duration [s]", "harmonics", "source", "file"]
+    rows = [[k, _fmt(v.get("cond")), _fmt(v.get("duration_s")), _fmt(v.get("harmonics")),
+             str(v.get("source", "--")), f"{k}.yaml"] for k, v in trajs.items()
+            if isinstance(v, dict)]
+    B.append(("table", head, rows))
+    for p in sorted(folder.glob("*.png")):
+        B.append(("img", p.name, p.stem.replace("_", " ")))
+    timings = doc.get("timings_s") or {}
+    if timings:
+        B.append(("h", 2, "Timings"))
+        B.append(("table", ["step", "wall time [s]"], [[k, _fmt(v)] for k, v in timings.items()]))
     return B
 
 
@@ -373,10 +420,19 @@ def render_html(blocks: list[tuple], folder: Path, title: str) -> str:
 
 
 def build_report(folder: str | os.PathLike) -> list[Path]:
-    """(Re)write ``report.md`` and ``report.html`` of a run folder; returns their paths.
+    """(Re)write ``report.md`` and ``report.html`` of a run folder -- or of a trajectory folder
+    written by ``twinid trajectory`` -- and return their paths.
 
-    Raises FileNotFoundError if the folder holds no metrics.json (not a finished run)."""
+    Raises FileNotFoundError if the folder holds neither metrics.json (a finished run) nor
+    trajectories.yaml (a trajectory folder)."""
     folder = Path(folder)
+    if not (folder / "metrics.json").is_file() and (folder / "trajectories.yaml").is_file():
+        blocks = _trajectory_blocks(folder)
+        title = f"twinid trajectories {folder.name}"
+        md, ht = folder / "report.md", folder / "report.html"
+        atomic_write_text(md, render_markdown(blocks))
+        atomic_write_text(ht, render_html(blocks, folder, title))
+        return [md, ht]
     metrics, params, scenario = _load(folder)
     blocks = _blocks(folder, metrics, params, scenario)
     md = folder / "report.md"

@@ -26,6 +26,7 @@ Outputs: ``sweep.yaml`` (the resolved scenario), ``runs/*.json``, ``summary.json
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -46,7 +47,7 @@ from identify.scenario.spec import NOISE_ALIASES, Scenario
 
 from .acquisition import record
 from .identification import identify_recordings
-from .pipeline import build_model
+from .pipeline import build_model, check_budget, require_backend_files
 from .render import sweep_record
 from .runfolder import resolved_scenario
 from .trajectories import trajectories
@@ -198,15 +199,27 @@ def _finished(folder: Path) -> set:
     return done
 
 
+def _check_sweep_budget(scn: Scenario, workers: int | None, yes: bool) -> None:
+    """Count the runs (grid points x seeds, without building the task list) and refuse a sweep
+    beyond the time / memory budget unless `yes` (identify.app.pipeline.check_budget)."""
+    from identify.scenario.budget import estimate_sweep
+    one_seed = dataclasses.replace(scn, sweep=dataclasses.replace(scn.sweep, seeds=1))
+    n_runs = len(grid(one_seed)[0]) * scn.sweep.seeds
+    check_budget(estimate_sweep(scn, n_runs, workers), yes, what=f"this sweep ({n_runs:,} runs)")
+
+
 def run_sweep(scn: Scenario, out=None, *, dask_address: str | None = None,
-              workers: int | None = None) -> SweepResult:
-    """Run (or resume) the scenario's noise sweep; see the module docstring."""
+              workers: int | None = None, yes: bool = False) -> SweepResult:
+    """Run (or resume) the scenario's noise sweep; see the module docstring. Refused before
+    anything runs when its estimated time or memory exceeds the budget, unless `yes`."""
     if scn.backend != "twin":
         raise InputError("a noise sweep needs backend: twin (it sets the twin's sensor noise)")
     sw = scn.sweep
     address = dask_address or (sw.dask_address if sw.executor == "dask" else None)
     if sw.executor == "dask" and not address:
         raise InputError("sweep.executor: dask needs sweep.dask_address or --dask ADDRESS")
+    require_backend_files(scn)
+    _check_sweep_budget(scn, workers, yes)
     tasks, points = grid(scn)
     folder = _prepare_folder(scn, out)
     timings: dict = {}

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 
 from identify.common import progress
+from identify.common.errors import InputError
+from identify.common.fileio import regular_file_problem, usable_cache
 from identify.common.jsonutil import to_jsonable
 from identify.excitation.conditioning import base_parameters, trajectory_cond
 from identify.excitation.fourier import FourierTrajectory
@@ -22,9 +23,11 @@ from .results import TrajectoryInfo
 LABELS = ("excitation", "validation")
 
 
-def cache_dir() -> Path:
-    """Folder of cached trajectory optimizations ($TWINID_CACHE or ./.cache/excitation)."""
-    return Path(os.environ.get("TWINID_CACHE", ".cache")) / "excitation"
+def cache_dir() -> Path | None:
+    """Folder of cached trajectory optimizations: ``<cache root>/excitation`` with the cache root
+    ``$TWINID_CACHE``, else ``$XDG_CACHE_HOME/twinid`` or ``~/.cache/twinid`` (not the working
+    directory). None -- after one warning -- when it cannot be written: no cache then."""
+    return usable_cache("excitation", "trajectories are optimized on every run (not cached)")
 
 
 def make_problem(spec: TrajectorySpec, model, terms) -> ExcitationProblem:
@@ -38,15 +41,31 @@ def make_problem(spec: TrajectorySpec, model, terms) -> ExcitationProblem:
                              max_iter=spec.max_iter)
 
 
+def load_trajectory_file(path, label: str, n_joints: int) -> FourierTrajectory:
+    """One period of the trajectory in file `path` (YAML / NPZ written by ``twinid trajectory``).
+    Raises InputError (exit 2) naming the file and the key when it is not such a file."""
+    where = f"trajectories.{label}.file: {path}"
+    prob = regular_file_problem(path)
+    if prob is not None:
+        raise InputError(f"{where}: {prob}")
+    try:
+        tr = FourierTrajectory.load(path).with_periods(1)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as exc:
+        msg = str(exc).replace(f"{path}: ", "")
+        raise InputError(f"{where}: not a trajectory file written by twinid trajectory ({msg})"
+                         ) from None
+    if tr.n_joints != n_joints:
+        raise InputError(f"{where}: the trajectory has {tr.n_joints} joints, the arm has "
+                         f"{n_joints}")
+    return tr
+
+
 def get_trajectory(spec: TrajectorySpec, model, terms, label: str
                    ) -> tuple[FourierTrajectory, TrajectoryInfo]:
     """The trajectory of `spec` (one period) and the facts about it (cond(W_base), source, ...)."""
     problem = make_problem(spec, model, terms)
     if spec.source == "file":
-        tr = FourierTrajectory.load(spec.file).with_periods(1)
-        if tr.n_joints != model.n:
-            raise ValueError(f"{spec.file}: trajectory has {tr.n_joints} joints, the arm has "
-                             f"{model.n}")
+        tr = load_trajectory_file(spec.file, label, model.n)
         bp = base_parameters(model, problem)
         info = TrajectoryInfo(label=label, source=str(spec.file),
                               cond=trajectory_cond(model, tr, bp, tuple(terms), 10 * spec.grid))

@@ -4,3 +4,7 @@
 
 May import: the standard library, numpy, yaml, tqdm. Must not import any other ``identify``
 package, ``twin`` or ``robot``."""
+
+from . import banner as _banner
+
+_banner.install()   # before any backend imports pybullet: no "pybullet build time" banner
