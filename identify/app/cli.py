@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet = getattr(args, "quiet", False)
     debug = getattr(args, "debug", False)
     progress.set_quiet(quiet)
+    _matplotlib_config_dir()
     try:
         out = _dispatch(args)
         if out is not None:      # the result path(s) on stdout, also under --quiet (for scripts)
@@ -134,6 +135,17 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         return code
+
+
+def _matplotlib_config_dir() -> None:
+    """With a read-only HOME, give matplotlib a temporary config folder (else it warns on its
+    own, besides twinid's one cache warning)."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    from identify.common.fileio import writable_problem
+    if writable_problem(os.path.join(os.path.expanduser("~"), ".config", "matplotlib")):
+        import tempfile
+        os.environ["MPLCONFIGDIR"] = tempfile.mkdtemp(prefix="twinid-mpl-")
 
 
 def classify(exc: BaseException) -> int | None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from identify.common import progress
 from identify.common.errors import InputError
-from identify.common.fileio import write_yaml
+from identify.common.fileio import regular_file_problem, write_yaml
 from identify.excitation.plots import plot_trajectory
 from identify.logs.load import gains_from_drives, load_log
 from identify.model.arm import load_description
@@ -155,8 +155,11 @@ def _log_specs(scn: Scenario, log=None, validation_log=None) -> dict:
     for label, override in (("excitation", log), ("validation", validation_log)):
         if override is not None:
             p = Path(override)
-            if not p.is_file():
+            prob = regular_file_problem(p)
+            if prob == "not found":
                 raise FileNotFoundError(f"{override}: log file not found")
+            if prob is not None:
+                raise InputError(f"{override}: the log {prob}")
             specs[label] = dataclasses.replace(specs[label] or LogSpec(file=p), file=p.resolve())
     if specs["excitation"] is None:
         raise ScenarioError(str(scn.source or "<scenario>"), None, "fit.excitation",

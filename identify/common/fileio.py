@@ -147,16 +147,20 @@ CACHE_MIN_FREE = 50 * MB
 _cache_state: dict[str, str | None] = {}
 
 
-def usable_cache(sub: str, what: str) -> Path | None:
+def usable_cache(sub: str, what: str = "") -> Path | None:
     """The cache folder ``cache_root()/sub`` if it can be written (and has
-    :data:`CACHE_MIN_FREE`), else None after ONE warning per folder and process saying what is
-    done instead (`what`, e.g. "trajectories are not cached")."""
+    :data:`CACHE_MIN_FREE`), else None. The first unusable cache of a process prints ONE warning
+    saying what twinid does without a cache (every cache then falls back, silently)."""
     folder = cache_root() / sub
     key = str(folder)
     if key not in _cache_state:
         prob = writable_problem(folder, CACHE_MIN_FREE)
         _cache_state[key] = prob
-        if prob is not None:
+        if prob is not None and not _cache_state.get("_warned"):
+            _cache_state["_warned"] = "yes"
             from .progress import warn
-            warn(f"cache folder unusable: {prob}; {what} (set TWINID_CACHE to a writable folder)")
+            warn(f"cache folder unusable ({prob}): running without a cache -- the arm model is "
+                 f"evaluated in CasADi's virtual machine (about 20x slower) instead of compiled "
+                 f"C, and trajectories are optimized on every run. Set TWINID_CACHE to a "
+                 f"writable folder.")
     return None if _cache_state[key] is not None else folder

@@ -306,7 +306,8 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         starts.append(entry)
         if progress:
             from identify.common.progress import message
-            message(f"excitation start {s + 1}/{n_starts}: {entry['status']}, "
+            message(f"excitation start {s + 1}/{n_starts}: "
+                    f"{ipopt_status_text(entry['status'], r1['ok'], problem.max_iter)}, "
                     f"{entry['iterations']} it" +
                     (f" + polish {entry['polish_iterations']} it" if "polish_iterations" in entry
                      else "") + f", {entry['time_s']:.1f} s, cond {cond:.2f}")
@@ -315,7 +316,8 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
     if best is None:
         raise ExcitationInfeasible(
             f"no feasible excitation trajectory found in {n_starts} start(s) "
-            f"(IPOPT: {starts[-1]['status']}); worst violated constraint: {worst_text}")
+            f"(IPOPT: {ipopt_status_text(starts[-1]['status'], False, problem.max_iter)}); "
+            f"worst violated constraint: {worst_text}")
     cond, tr, fval = best
     cond_grid = trajectory_cond(model, tr, bp, terms, N)
     ratios = limit_ratios(tr, lim, n_check)
@@ -391,3 +393,25 @@ def validation_trajectory(model, problem: ExcitationProblem | None = None, *, se
     pv = replace(problem, harmonics=Hv, wf=problem.wf if wf is None else float(wf))
     return optimize_excitation(model, pv, seed=seed, n_starts=n_starts, cache_dir=cache_dir,
                                progress=progress, bp=bp)
+
+
+#: IPOPT return statuses in words (identify.excitation.optimizer messages)
+_IPOPT_WORDS = {
+    "Solve_Succeeded": "solved",
+    "Solved_To_Acceptable_Level": "solved to the acceptable tolerance",
+    "Infeasible_Problem_Detected": "IPOPT found the constraints infeasible",
+    "Restoration_Failed": "IPOPT could not restore feasibility",
+    "Maximum_CpuTime_Exceeded": "stopped at the time limit",
+    "Invalid_Number_Detected": "IPOPT met NaN/inf in the problem functions",
+}
+
+
+def ipopt_status_text(status: str, feasible: bool, max_iter: int | None = None) -> str:
+    """An IPOPT return status in words. ``Maximum_Iterations_Exceeded`` is not a failure when the
+    iterate is feasible: the optimizer stopped at max_iter with a usable trajectory (only its
+    conditioning might have improved further)."""
+    if status == "Maximum_Iterations_Exceeded":
+        it = f" ({max_iter})" if max_iter else ""
+        return (f"optimizer stopped at max_iter{it} with a feasible trajectory" if feasible else
+                f"optimizer stopped at max_iter{it} without a feasible trajectory")
+    return _IPOPT_WORDS.get(status, f"IPOPT status {status}")

@@ -199,10 +199,12 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
             p = (Path.cwd() if meta.get("cwd") else ctx.base) / p
         p = Path(os.path.normpath(p))
         if meta.get("file"):
-            if not p.exists():
+            prob = regular_file_problem(p)
+            if prob == "not found":
                 raise ctx.error(path, f"file not found: {value} (looked at {p})")
-            if not p.is_file():
-                raise ctx.error(path, f"not a file: {value} (looked at {p})")
+            if prob is not None:
+                raise ctx.error(path, f"{value} {prob}" + ("" if str(p) == value else
+                                                          f" (looked at {p})"))
         return p
     raise TypeError(f"scenario schema: unsupported type {tp!r} at {_dotted(path)}")
 
