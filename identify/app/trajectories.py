@@ -89,6 +89,10 @@ def get_trajectory(spec: TrajectorySpec, model, terms, label: str
 def trajectories(scn: Scenario, model, timings: dict | None = None) -> dict:
     """label -> (trajectory, TrajectoryInfo) for the excitation and validation trajectories."""
     terms = scn.identification.friction_terms
+    for label in LABELS:        # a bad trajectory file is refused before anything is optimized
+        spec = getattr(scn.trajectories, label)
+        if spec.source == "file":
+            load_trajectory_file(spec.file, label, model.n)
     out = {}
     for label in LABELS:
         with progress.step(f"{label} trajectory", timings):

@@ -52,10 +52,10 @@ def decimate(t: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS
     N = t.shape[0]
     if N <= max_points:
         return t, y
-    buckets = max(1, max_points // 2)
+    y2 = y.reshape(N, -1)
+    buckets = max(1, max_points // (2 * y2.shape[1]))     # each column adds its min and max
     size = int(np.ceil(N / buckets))
     pad = buckets * size - N
-    y2 = y.reshape(N, -1)
     # pad with the last row so the reshape is exact; padded rows duplicate a real sample
     yp = np.concatenate([y2, np.repeat(y2[-1:], pad, 0)]) if pad else y2
     blocks = yp.reshape(buckets, size, -1)
