@@ -88,7 +88,7 @@ def save(fig, path: str | os.PathLike, dpi: int = DPI) -> Path:
         fig.set_dpi(dpi)
         fig.canvas.draw()
         rgba = np.asarray(fig.canvas.buffer_rgba())
-        img = Image.fromarray(rgba[..., :3]).quantize(colors=128, method=Image.Quantize.MEDIANCUT,
+        img = Image.fromarray(rgba[..., :3]).quantize(colors=128, method=Image.Quantize.FASTOCTREE,
                                                       dither=Image.Dither.NONE)
         img.save(tmp, format="PNG", optimize=False, compress_level=6)
         os.replace(tmp, path)

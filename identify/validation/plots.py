@@ -41,10 +41,11 @@ def _joint_axes(n: int, extra_row: bool = False):
         r, c = divmod(j, cols)
         axes.append(fig.add_subplot(gs[r, c], sharex=axes[0] if axes else None))
     for j, ax in enumerate(axes):
-        # time labels on the lowest panel of each column, tick labels everywhere
-        below = j + cols
-        ax.set_xlabel("t [s]" if below >= n else "", fontsize=8)
-        ax.tick_params(labelsize=7, labelbottom=True)
+        # time label and tick labels on the lowest panel of each column (the panels share
+        # their time axis; tick labels cost most of the drawing time)
+        bottom = j + cols >= n
+        ax.set_xlabel("t [s]" if bottom else "", fontsize=8)
+        ax.tick_params(labelsize=7, labelbottom=bottom)
         ax.locator_params(nbins=5)
     extra = fig.add_subplot(gs[rows, :]) if extra_row else None
     return fig, axes, extra
