@@ -496,3 +496,41 @@ def test_joint_subset_run_end_to_end(tmp_path):
     _check_stage2_block(p["models"]["improved"]["stage2"], m)
     md = (out / "report.md").read_text()
     assert "| model | joint2 | joint3 | overall |" in md
+
+
+def test_reused_out_is_refused_then_forced_without_old_plots(quick_run, tmp_path, capsys):
+    """Issue 13: a second run on a finished --out is refused before any work (exit 2); with
+    --force and plots: false, the new report embeds none of the first run's plots."""
+    import shutil
+    out = tmp_path / "reuse"
+    shutil.copytree(quick_run, out)
+    assert list((out / "plots").glob("*.png"))
+    f = fast_quickstart(tmp_path, outputs={"plots": False})
+    assert main(["--quiet", "run", str(f), "--out", str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert main(["--quiet", "run", str(f), "--out", str(out), "--force"]) == 0
+    html = (out / "report.html").read_text()
+    assert "<img" not in html and not (out / "plots").exists()
+    assert json.loads((out / "metrics.json").read_text())["files"]["plots"] == []
+    assert not (out / ".twinid.lock").exists()
+    assert (out / "report.html").stat().st_size < 1_000_000
+
+
+def test_quickstart_report_is_small(quick_run):
+    """Issue 13: plots embedded in report.html, which stays below 1 MB."""
+    html = (quick_run / "report.html").read_text()
+    m = json.loads((quick_run / "metrics.json").read_text())
+    assert m["files"]["plots"] and html.count("<img") == len(m["files"]["plots"])
+    assert (quick_run / "report.html").stat().st_size < 1_000_000
+
+
+def test_trajectory_folder_is_reportable(tmp_path, capsys):
+    f = fast_quickstart(tmp_path)
+    out = tmp_path / "traj"
+    assert main(["--quiet", "trajectory", str(f), "--out", str(out)]) == 0
+    assert yaml.safe_load((out / "trajectories.yaml").read_text())["kind"] == "trajectories"
+    html = (out / "report.html").read_text()
+    assert "twinid trajectory" in html and html.count("<img") == 2
+    (out / "report.html").unlink()
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.html").is_file()
