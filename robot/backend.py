@@ -215,10 +215,23 @@ class HardwareBackend:
         return self._check(t, q, qd, qdd, "trajectory")
 
     # -- run ------------------------------------------------------------------------------------
-    def run(self, trajectory, *, periods: int = 1, progress: bool = False) -> Recording:
+    def run(self, trajectory, *, periods: int = 1, progress: bool = False,
+            tau_ff=None) -> Recording:
+        """tau_ff: optional feed-forward model, a callable (q, qd, qdd) (N, n) -> (N, n) [N*m, link
+        side] evaluated on the run plan (approach included) and written to the drives' torque
+        offset object 0x60B2 every cycle instead of the rigid-body ``torque_feedforward``; refused
+        before the bus is touched when the PDO mapping has no torque_offset or the arm model is a
+        joint subset. Every other check (limits, motor-torque bound, per-mille range) is the same."""
         s = self.settings
         if s.refusal():                      # known from the settings alone: refuse first
             raise SafetyRefused(s.refusal())
+        if tau_ff is not None:
+            if "torque_offset" not in [e.name for e in self.cfg.rx_entries]:
+                raise SafetyRefused(f"{self.cfg.path}: a torque feed-forward needs the drives' "
+                                    f"torque_offset (0x60B2) in the rx PDO mapping")
+            if self.model.n != self.full.n:
+                raise SafetyRefused("a torque feed-forward model needs the whole arm (no arm.joints "
+                                    "subset)")
         self.check(trajectory, periods)
         traj_full = _FullTrajectory(trajectory, self)
         if not s.iface:
@@ -306,8 +319,21 @@ class HardwareBackend:
                 parent.send(("quit",))
                 _recv(parent, proc, 5.0, "dry-run exit")
                 return self._dry_recording(plan, q_now, meta)
-            tau_ff = (self.full.inverse_dynamics(plan.q, plan.qd, plan.qdd) if s.torque_feedforward
-                      else np.zeros_like(plan.q))
+            if tau_ff is not None:
+                ff_model = tau_ff
+                tau_ff = np.asarray(ff_model(plan.q, plan.qd, plan.qdd), float)
+                if tau_ff.shape != plan.q.shape or not np.all(np.isfinite(tau_ff)):
+                    parent.send(("quit",))
+                    raise SafetyRefused(f"tau_ff returned shape {tau_ff.shape} or non-finite "
+                                        f"values on the run plan; expected finite {plan.q.shape}")
+                try:
+                    self.units.torque_permille(tau_ff)      # the per-mille range, before moving
+                except ValueError as exc:
+                    parent.send(("quit",))
+                    raise SafetyRefused(f"feed-forward: {exc}") from None
+            else:
+                tau_ff = (self.full.inverse_dynamics(plan.q, plan.qd, plan.qdd)
+                          if s.torque_feedforward else np.zeros_like(plan.q))
             plan_shm = shared_memory.SharedMemory(create=True, size=2 * plan.q.size * 8)
             np.ndarray(plan.q.shape, np.float64, plan_shm.buf)[:] = plan.q
             np.ndarray(plan.q.shape, np.float64, plan_shm.buf, offset=plan.q.size * 8)[:] = tau_ff
