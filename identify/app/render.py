@@ -307,7 +307,8 @@ def _collision_one(r) -> dict:
             "false_alarms_contact_run": int(r.false_alarms_contact_run),
             "threshold_Nm": th.value, "residual_rms_free_Nm": th.sigma,
             "residual_peak_free_Nm": th.peak, "peak_residual_in_contact_Nm": r.peak_residual_Nm,
-            "tau_ext_peak_Nm": r.tau_ext_peak_Nm, "model_source": r.model_source}
+            "tau_ext_peak_Nm": r.tau_ext_peak_Nm, "model_source": r.model_source,
+            "reduced_sensitivity_fraction": r.band_fraction}
 
 
 def collision_metrics(results: dict) -> dict:

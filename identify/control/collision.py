@@ -23,7 +23,9 @@ __all__ = ["CollisionResult", "observer_residual", "evaluate", "episodes"]
 @dataclass
 class CollisionResult:
     """Collision detection with one model (band: the contact run's time-varying threshold part
-    (N, n), stiction_speed its width [rad/s]). detected: an alarm inside the contact window;
+    (N, n), stiction_speed its width [rad/s], band_fraction: share of that run's samples where
+    the band more than doubles some joint's threshold -- the detector's reduced-sensitivity
+    time). detected: an alarm inside the contact window;
     detection_delay_ms: first alarm minus contact start [ms] (None if not detected);
     false_alarms: alarm episodes on the collision-free test run; false_alarms_contact_run:
     episodes outside the contact on the contact run; thresholds: per-joint Thresholds [N*m];
@@ -45,6 +47,7 @@ class CollisionResult:
     r: np.ndarray = field(repr=False, default=None)
     band: np.ndarray = field(repr=False, default=None)
     stiction_speed: float = 0.0
+    band_fraction: float = 0.0
 
 
 def observer_residual(model: JointModel, rec, signal: str, gain: float,
@@ -78,7 +81,7 @@ def episodes(alarm: np.ndarray) -> np.ndarray:
 def evaluate(model: JointModel, calib, free, contact_rec, contact: dict, *, name: str,
              signal: str = "tau_m", gain: float = 50.0, k_sigma: float = 5.0,
              peak_factor: float = 1.2, margin_Nm: float = 0.1,
-             stiction_speed: float = 0.05) -> CollisionResult:
+             stiction_speed: float = 0.02) -> CollisionResult:
     """Thresholds from `calib`, false alarms on `free`, detection on `contact_rec` (recordings of
     the same trajectory); contact: {time_s, duration_s, ...} as given to the twin;
     stiction_speed [rad/s]: width of the thresholds' band at velocity reversals (0: static
@@ -97,7 +100,7 @@ def evaluate(model: JointModel, calib, free, contact_rec, contact: dict, *, name
     hits = ts[(ts >= t0) & (ts < t1)]
     # an alarm already on at the onset counts from the onset
     on_at_onset = bool(np.any(inside) and alarm[np.flatnonzero(inside)[0]])
-    delay = 0.0 if on_at_onset else (None if hits.size == 0 else float((hits[0] - t0) * 1e3))
+    delay = 0.0 if on_at_onset else (None if hits.size == 0 else round(float((hits[0] - t0) * 1e3), 6))
     outside = (ts < t0) | (ts >= t1 + 5.0 / gain)
     truth = contact_rec.truth or {}
     tex = None
@@ -108,4 +111,5 @@ def evaluate(model: JointModel, calib, free, contact_rec, contact: dict, *, name
         detected=delay is not None, detection_delay_ms=delay, false_alarms=int(fa_free),
         false_alarms_contact_run=int(np.sum(outside)), contact=dict(contact),
         peak_residual_Nm=np.max(np.abs(r[inside]), axis=0) if np.any(inside) else np.zeros(model.n),
-        tau_ext_peak_Nm=tex, t=t, r=r, band=band, stiction_speed=float(stiction_speed))
+        tau_ext_peak_Nm=tex, t=t, r=r, band=band, stiction_speed=float(stiction_speed),
+        band_fraction=float(np.mean(np.any(band > th.value, axis=1))))

@@ -225,7 +225,7 @@ class CollisionSpec:
     peak_factor: float = _f(1.2, min=0.0, doc="threshold >= peak_factor * its largest |residual|")
     margin_Nm: float = _f(0.1, min=0.0, doc="added to the threshold [N*m]")
     stiction_speed_rad_s: float = _f(
-        0.05, min=0.0, doc="width of the thresholds' friction band at velocity reversals [rad/s] "
+        0.02, min=0.0, doc="width of the thresholds' friction band at velocity reversals [rad/s] "
                            "(0: static thresholds only)")
     compare_cad: bool = _f(True, doc="also run the observer with the CAD model")
 
