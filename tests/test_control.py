@@ -198,3 +198,26 @@ def test_evaluate_counts_false_alarms_outside_the_contact(arm_model):
                  stiction_speed=0.0)
     assert r.detected and r.detection_delay_ms < 10
     assert r.false_alarms == 0 and r.false_alarms_contact_run == 1
+
+
+@pytest.mark.parametrize("section, fragment", [
+    ({"closed_loop": {"collision": {"contact": {"link": "forearm"}}}},
+     "closed_loop.collision.contact.link: unknown link 'forearm'"),
+    ({"closed_loop": {"collision": {"observer_gain": 0}}},
+     "closed_loop.collision.observer_gain: must be > 0"),
+    ({"closed_loop": {"model": "/nonexistent/run"}}, "closed_loop.model: not found"),
+    ({"payload": {"start_deg": [0, 0, 0]}}, "payload.start_deg: must have one angle per joint (6)"),
+    ({"payload": {"signal": "current"}}, "payload.signal"),
+])
+def test_control_sections_are_checked(tmp_path, section, fragment):
+    """Bad closed_loop / payload sections: one line `file:line: key.path: message`."""
+    from identify.scenario.load import load_scenario
+    from identify.scenario.spec import ScenarioError
+    d = tiny_scenario("bad")
+    d.update(section)
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(d, sort_keys=False))
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(p)
+    msg = str(e.value)
+    assert fragment in msg and msg.startswith(f"{p}:") and "\n" not in msg

@@ -189,6 +189,10 @@ def _add_closed_loop(folder: Path, scn: Scenario, model, trajectory, ident, metr
     from .acquisition import backend_arm
     from .render import closed_loop_metrics, collision_metrics
     src = scn.closed_loop.model or folder
+    if not (Path(src) / "identified.urdf").is_file():
+        raise ValueError(f"closed_loop: {src} has no identified.urdf (the URDF export was skipped: "
+                         f"see the run's messages; identification.physical_consistency: true gives "
+                         f"physical parameters)")
     identified = from_run_folder(src, model)
     if ident is not None:
         truth = ident.truth.truth

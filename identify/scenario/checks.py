@@ -132,6 +132,9 @@ def _check_control(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
     """closed_loop: / payload: sections (identify.control) against the arm's files."""
     cl = scn.closed_loop
     if cl is not None:
+        if cl.model is None and not scn.outputs.urdf:
+            raise ctx.error(("outputs", "urdf"), "closed_loop without closed_loop.model uses the "
+                                                 "run's exported model: outputs.urdf must be true")
         if cl.model is not None and not (Path(cl.model) / "identified.urdf").is_file():
             raise ctx.error(("closed_loop", "model"), f"{cl.model} holds no identified.urdf (a run "
                                                       f"folder of twinid run / fit)")
