@@ -50,6 +50,15 @@ class FakeBus:
     def al_report(self):
         return "fake bus"
 
+    def read_states(self):
+        return [(0 if k in self.silent else 8, 0) for k in range(self.n)]
+
+    def al_faults(self):
+        return None
+
+    def bus_report(self):
+        return {"iface": "fake", "slaves": [{"position": k + 1} for k in range(self.n)]}
+
     def lost_slaves(self):
         return [f"slave {k + 1} ({self.cfg.drives[k].joint})" for k in sorted(self.silent)]
 
@@ -67,6 +76,8 @@ class FakeBus:
             return "enabled"
         if st == "enabled" and (cw & 0x8F) == 0x07:
             return "on"
+        if st in ("on", "enabled") and (cw & 0x87) == 0x06:
+            return "ready"
         return st
 
     def exchange(self, out):
