@@ -27,7 +27,8 @@ from .motion import Motion
 from .sii import SyncManagerLayout, build_sii
 
 FAULT_KINDS = ("drive_fault", "drop_frames", "corrupt_frames", "stop_answering", "resume_answering",
-               "sdo_abort", "wrong_identity", "clear")
+               "sdo_abort", "wrong_identity", "sto", "quick_stop", "ignore_mode", "al_error",
+               "set_object", "clear")
 
 
 class SlaveChain:
@@ -69,11 +70,15 @@ class SlaveChain:
             ident = dict(vendor_id=cfg.vendor_id, product_code=cfg.product_code, revision=cfg.revision,
                          serial=k + 1, name="twinid CiA402 servo")
             pdo = dict(rx_pdo=cfg.rx_pdo, rx_entries=cfg.rx_entries, tx_pdo=cfg.tx_pdo, tx_entries=cfg.tx_entries)
-            od = drive_dictionary(**ident, **pdo, rated_torque_mNm=int(round(d.rated_torque_Nm * 1000)),
+            # 0x6076 is motor side (mN*m); the configured rated torque is link side
+            od = drive_dictionary(**ident, **pdo,
+                                  rated_torque_mNm=int(round(d.rated_torque_Nm / d.gear_ratio * 1000)),
                                   rated_current_mA=int(round(d.rated_current_A * 1000)),
-                                  counts_per_rev=d.encoder_counts_per_rev,
+                                  counts_per_rev=d.counts_per_link_rev,
                                   following_window_counts=int(following_window_rad / (2 * math.pi)
-                                                              * d.encoder_counts_per_rev))
+                                                              * d.counts_per_link_rev),
+                                  gear_ratio=int(round(d.gear_ratio)), encoder_counts=d.encoder_counts_per_rev,
+                                  position_source=1 if d.position_encoder == "motor" else 2)
             drive = Cia402Drive(od, d)
             esc = Esc(k, build_sii(**ident, **pdo, layout=self.layout), od, drive, is_last=(k == n - 1),
                       layout=self.layout, downstream=n - 1 - k)
@@ -100,6 +105,7 @@ class SlaveChain:
         self.last_output_t = [0.0] * n
         self._op_since = [None] * n
         self._pd_pending = False
+        self.watchdog_trips: list[dict] = []      # SM watchdog expiries: slave, time, last output
         self._truth = _TruthBuffer(motion.n)
 
     # ---- frame processing
@@ -266,6 +272,8 @@ class SlaveChain:
                 last = max(self.last_output_t[k], self._op_since[k])
                 if now - last > wd:
                     esc.al_error(SAFEOP, ALSC_SM_WATCHDOG)
+                    self.watchdog_trips.append({"slave": k, "t": now, "last_output_t": last,
+                                                "watchdog_s": wd})
                     self._op_since[k] = None
             else:
                 self._op_since[k] = None
@@ -323,6 +331,31 @@ class SlaveChain:
             esc.set_identity(vendor, product)
             return {"slave": esc.position, "vendor_id": esc.od.value(0x1018, 1),
                     "product_code": esc.od.value(0x1018, 2)}
+        if kind in ("sto", "quick_stop", "ignore_mode"):
+            take("slave")
+            esc = self._slave(kw.get("slave"))
+            if kind == "sto":
+                esc.drive.inject_sto()
+            elif kind == "quick_stop":
+                esc.drive.inject_quick_stop()
+            else:
+                esc.drive.ignore_mode = True
+                esc.od.entry(0x6061, 0).value = 0
+                esc.drive._publish_status()
+            esc.publish_inputs()
+            return {"slave": esc.position, "drive_state": DRIVE_STATES[esc.drive.state]}
+        if kind == "al_error":
+            take("slave", "code", "state")
+            esc = self._slave(kw.get("slave"))
+            code = int(kw.get("code", ALSC_SM_WATCHDOG))
+            esc.al_error(int(kw.get("state", SAFEOP)), code)
+            return {"slave": esc.position, "al_state": AL_NAMES.get(esc.al_state), "al_status_code": code}
+        if kind == "set_object":
+            take("slave", "index", "sub", "value")
+            targets = self.slaves if kw.get("slave") is None else [self._slave(kw["slave"])]
+            for esc in targets:
+                esc.od.entry(int(kw["index"]), int(kw.get("sub", 0))).value = kw["value"]
+            return {"index": kw["index"], "sub": kw.get("sub", 0), "value": kw["value"]}
         if kind == "clear":
             take()
             self.drop_count = self.corrupt_count = 0
@@ -330,6 +363,8 @@ class SlaveChain:
                 esc.answering = True
                 esc.sdo.forced_aborts.clear()
                 esc.set_identity(self.cfg.vendor_id, self.cfg.product_code)
+                esc.drive.sto = False
+                esc.drive.ignore_mode = False
             return {}
         raise ValueError(f"unknown fault {kind!r}; expected one of {FAULT_KINDS}")
 
@@ -342,8 +377,11 @@ class SlaveChain:
                         "al_state": AL_NAMES.get(e.al_state, hex(e.al_state)), "al_status": e.al_status,
                         "al_status_code": e.al_status_code, "answering": e.answering,
                         "drive_state": DRIVE_STATES[e.drive.state],
-                        "statusword": e.drive.od.value(0x6041), "error_code": e.drive.od.value(0x603F)}
-                       for e in self.slaves]}
+                        "statusword": e.drive.od.value(0x6041), "error_code": e.drive.od.value(0x603F),
+                        "watchdog_s": e.watchdog_s, "sync0": e.sync0(),
+                        "transitions": list(e.drive.transitions)}
+                       for e in self.slaves],
+            "watchdog_trips": list(self.watchdog_trips)}
 
     def _answer_stats(self) -> dict:
         a = self.answer_ns[self.answer_ns > 0] * 1e-3

@@ -225,6 +225,16 @@ class Esc:
             self._latch_receive_times()
         return True
 
+    def sync0(self) -> dict:
+        """SYNC0 as programmed by the master: activation (0x0981), cycle time (0x09A0) [ns],
+        start time (0x0990) [ns] and shift = start time modulo cycle [ns] (SOEM starts SYNC0 on
+        a whole number of cycles plus the shift)."""
+        act = self.mem[0x0981]
+        start = struct.unpack_from("<Q", self.mem, 0x0990)[0]
+        cyc = struct.unpack_from("<I", self.mem, 0x09A0)[0]
+        return {"active": bool(act & 0x01), "activation": act, "cycle_ns": cyc, "start_ns": start,
+                "shift_ns": start % cyc if cyc else None}
+
     # ---- distributed clocks
     def local_time_ns(self) -> int:
         return (time.monotonic_ns() + self._clock_offset_ns) & 0xFFFFFFFFFFFFFFFF

@@ -109,7 +109,7 @@ def serve(params: ServerParams, conn=None, chain: SlaveChain | None = None, stop
     clock, answer_ns = time.perf_counter_ns, chain.answer_ns
     try:
         while True:
-            ready, _, _ = select.select(waits, [], [], 0.02)
+            ready, _, _ = select.select(waits, [], [], 0.005)   # SM watchdog resolution
             if sock in ready:
                 while True:
                     try:
