@@ -291,14 +291,26 @@ class EthercatBus:
 
     def al_faults(self) -> str | None:
         """Read every slave's AL state now: None if all are in OP without error, else a message
-        naming each slave that is not, with its AL status code and the code's meaning."""
-        bad = []
-        for k, (st, code) in enumerate(self.read_states()):
-            if (st & 0x0F) != pysoem.OP_STATE or st & pysoem.STATE_ERROR or code:
-                txt = pysoem.al_status_code_to_string(code) if code else "no AL status code"
-                bad.append(f"{self._slave_label(k)} in {state_name(st)}, AL status code "
-                           f"{code:#06x} ({txt})")
-        return "; ".join(bad) if bad else None
+        naming each slave that is not, with its AL status code and the code's meaning. A finding
+        must repeat on an immediate second read (a corrupted or lost state frame is no finding)."""
+        def bad_now():
+            out = {}
+            for k, (st, code) in enumerate(self.read_states()):
+                if st == pysoem.NONE_STATE:
+                    continue   # no answer to the state read (lost frame / lost slave: counted elsewhere)
+                if (st & 0x0F) != pysoem.OP_STATE or st & pysoem.STATE_ERROR or code:
+                    out[k] = (st, code)
+            return out
+        first = bad_now()
+        if not first:
+            return None
+        again = bad_now()
+        bad = {k: v for k, v in first.items() if again.get(k) == v}
+        if not bad:
+            return None
+        return "; ".join(f"{self._slave_label(k)} in {state_name(st)}, AL status code {code:#06x} "
+                         f"({pysoem.al_status_code_to_string(code) if code else 'no AL status code'})"
+                         for k, (st, code) in bad.items())
 
     def lost_slaves(self) -> list[str]:
         """Slaves that no longer answer (state NONE on a fresh read)."""

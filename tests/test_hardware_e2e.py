@@ -178,7 +178,8 @@ def test_sdo_abort_refused(veth, emulator):
     from robot.config import load_config
     proc = emulator()
     proc.inject("sdo_abort", index=0x6060)
-    with pytest.raises(BusError, match=r"slave 1 \(joint1\): SDO write 0x6060:0 failed \(abort code 0x08000020"):
+    with pytest.raises(BusError, match=r"slave 1 \(joint1\): SDO write 0x6060:0 \(modes of operation\) "
+                                        r"failed: abort code 0x08000020 \(data cannot be transferred"):
         EthercatBus(load_config(CONFIG), veth[0]).open()
 
 
@@ -189,14 +190,20 @@ def test_csp_tracking_matches_emulator_truth(veth, emulator, tmp_path):
     rec = be.run(TRAJ)
     truth = proc.truth()
     assert rec.n_samples == 1500 and rec.joint_names == NAMES
-    np.testing.assert_allclose(rec.q_cmd, TRAJ.evaluate(rec.t)[0], atol=1e-9)
+    nominal = np.arange(rec.n_samples) * 1e-3                       # command k at k * dt
+    np.testing.assert_allclose(rec.q_cmd, TRAJ.evaluate(nominal)[0], atol=1e-9)
+    # rec.t: monotonic acquisition times (not row x period); late rows flagged
+    assert rec.t[0] == 0 and np.all(np.diff(rec.t) > 0) and rec.late.shape == rec.t.shape
+    assert abs(np.median(np.diff(rec.t)) - 1e-3) < 2e-4
     assert np.max(np.abs(rec.q - rec.q_cmd)) < 0.02                  # CSP tracking on the twin
     st = be.last_stream
     # align the master's rows with the emulator's periods through the measured encoder counts
     # (moving, so the alignment is unique), then compare every channel at that alignment
     lsb = 2 * np.pi / 2**20
     nt = truth["q_meas"].shape[0]
-    a = np.arange(be.last_summary["run_row0"], st.n_samples - 100)   # drives enabled
+    enabled = np.all((st.status & 0x6F) == 0x27, axis=1)
+    last_en = int(np.flatnonzero(enabled)[-1])
+    a = np.arange(be.last_summary["run_row0"], last_en - 1)           # drives enabled
     # rows whose frame came back in time (a late answer -- this shared machine can pause the
     # emulator -- leaves the previous inputs in the process image; the loop counts it as lost)
     wkc = np.load(Path(be.last_summary["record_dir"]) / "bus.npz")["wkc"]
@@ -217,8 +224,16 @@ def test_csp_tracking_matches_emulator_truth(veth, emulator, tmp_path):
     assert np.max(np.abs(truth["q_cmd"][r + offs[0] + 1] - st.q_cmd[r + 1])) <= lsb / 2 + 1e-9
     s = be.last_summary
     assert s["fault"] is None and s["stop_confirmed"] and s["lost_frames"] <= 5
-    assert a.size > 0.99 * (st.n_samples - 100 - s["run_row0"])
-    assert all(x["drive_state"] == "switch on disabled" for x in proc.status()["slaves"])
+    assert a.size > 0.99 * (last_en - 1 - s["run_row0"])
+    status = proc.status()
+    assert all(x["drive_state"] == "ready to switch on" for x in status["slaves"])
+    check_ordered_stop(status, range(6))
+    # distributed clocks on by default: SYNC0 every cycle with the configured 0.5 ms shift
+    assert s["distributed_clocks"] is True
+    assert all(x["sync0"]["active"] and x["sync0"]["cycle_ns"] == 1_000_000
+               and x["sync0"]["shift_ns"] == 500_000 for x in status["slaves"]), status["slaves"][0]["sync0"]
+    # SM watchdog programmed on every slave (0x0400/0x0420, read back by the emulator)
+    assert all(abs(x["watchdog_s"] - 0.1) < 1e-3 for x in status["slaves"])
 
 
 def test_dry_run_never_enables(veth, emulator, tmp_path):
@@ -231,8 +246,26 @@ def test_dry_run_never_enables(veth, emulator, tmp_path):
 
 # -- injected faults -------------------------------------------------------------------------------
 def _disable_cycles(status):
+    """Row at which each joint reaches a powerless state (ready to switch on after the shutdown
+    word, or switch on disabled) after having been enabled."""
     en = np.argmax((status & 0x6F) == 0x27, axis=0)
-    return [int(en[j] + np.argmax((status[en[j]:, j] & 0x4F) == 0x40)) for j in range(status.shape[1])]
+    off = ((status & 0x6F) == 0x21) | ((status & 0x4F) == 0x40)
+    return [int(en[j] + np.argmax(off[en[j]:, j])) for j in range(status.shape[1])]
+
+
+def check_ordered_stop(status, joints, brake_cycles=100):
+    """The emulator's own record of each drive's state transitions (independent of the master):
+    OPERATION ENABLED -> SWITCHED ON (disable operation, brake engages) -> READY TO SWITCH ON
+    (shutdown) at least `brake_cycles` later; distal joint first."""
+    t_off = []
+    for j in joints:
+        tr = status["slaves"][j]["transitions"]
+        on = [c for c, _t, a, b in tr if a == "operation enabled" and b == "switched on"]
+        off = [c for c, _t, a, b in tr if a == "switched on" and b == "ready to switch on"]
+        assert on and off, (j, tr[-6:])
+        assert off[-1] - on[-1] >= brake_cycles, (j, on[-1], off[-1])
+        t_off.append(on[-1])
+    assert t_off == sorted(t_off, reverse=True), t_off
 
 
 @pytest.mark.parametrize("kind, kwargs, expect", [
@@ -254,15 +287,17 @@ def test_injected_fault_safe_stop(veth, emulator, tmp_path, kind, kwargs, expect
     assert err.fault == expect, s
     rec = err.recording
     assert rec.n_samples == s["rows"] and err.path.exists()       # every cycle recorded, on disk
-    np.testing.assert_allclose(np.diff(rec.t), 1e-3)
+    assert np.all(np.diff(rec.t) > 0)                             # real acquisition times
     assert s["stop_cycles"] <= s["stop_bound"] and rec.n_samples - s["fault_cycle"] <= s["stop_bound"] + 1
     answering = [j for j in range(6) if not (kind == "stop_answering" and j == 4)
                  and not (kind == "drive_fault" and j == 2)]
     order = [_disable_cycles(rec.status)[j] for j in answering]
     assert order == sorted(order, reverse=True)                    # distal joint first
-    slaves = proc.status()["slaves"]
+    st = proc.status()
+    slaves = st["slaves"]
     for j in answering:
         assert slaves[j]["drive_state"] in ("switch on disabled", "ready to switch on"), slaves[j]
+    check_ordered_stop(st, answering)
     if kind == "drive_fault":
         assert slaves[2]["drive_state"] == "fault" and "joint3" in str(err)
 
