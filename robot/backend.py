@@ -395,8 +395,13 @@ class HardwareBackend:
         summary = error = None
         try:
             while True:
+                msg = None
                 if parent.poll(0.2):
-                    msg = parent.recv()
+                    try:
+                        msg = parent.recv()
+                    except (EOFError, OSError):       # the loop process died (killed)
+                        proc.join(0.2)
+                if msg is not None:
                     if msg[0] == "done":
                         summary = msg[1]
                     else:

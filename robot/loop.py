@@ -325,6 +325,11 @@ def _run(spec, cfg, units, bus, conn, ctrl, rows, rt):
             deficit = 0 < wkc < exp
             if ev is None and ((deficit and wkc_prev_ok) or (row - 1) % cfg.bus.al_check_cycles == 0):
                 ev = _al_check(bus, row - 1, deficit)
+            if ev is not None and ev.fault in (Fault.DRIVE_FAULT, Fault.DRIVE_DISABLED):
+                al = bus.al_faults() if hasattr(bus, "al_faults") else None
+                if al:     # the drive reacted to its ESC leaving OP: name the cause first
+                    ev = FaultEvent(Fault.AL_STATE, ev.cycle, f"cycle {ev.cycle}: slave left OP: {al}; "
+                                    f"drive reaction: {ev.message}")
             if ev is not None and ev.fault == Fault.WKC_DROP:
                 lost = bus.lost_slaves()
                 if lost:
