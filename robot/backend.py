@@ -347,10 +347,11 @@ class HardwareBackend:
             ctrl[L.C_ABORT] = ctrl[L.C_ABORT] or L.ABORT_REQUEST   # never leave it moving unsupervised
             raise
         finally:
-            proc.join(10.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(1.0)
+            if proc.pid is not None:               # started (a failed start leaves nothing to join)
+                proc.join(10.0)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(1.0)
             flush(int(ctrl[L.C_ROWS]))
             n_rows = int(ctrl[L.C_ROWS])
             run_row0 = int(ctrl[L.C_RUN_ROW0])

@@ -72,6 +72,21 @@ def _has_cap_net_raw() -> bool:
     return False
 
 
+def _socket_fds() -> set[int]:
+    """File descriptors of this process that are sockets (Linux /proc)."""
+    out = set()
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                    out.add(int(name))
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return out
+
+
 def state_name(state: int) -> str:
     base = STATE_NAMES.get(state & 0x0F, f"{state & 0x0F:#x}")
     return base + ("+ERROR" if state & pysoem.STATE_ERROR else "")
@@ -117,6 +132,7 @@ class EthercatBus:
         if why:
             raise BusError(why)
         m = pysoem.Master()
+        fds_before = _socket_fds()
         try:
             m.open(self.iface)
         except Exception as exc:
@@ -124,6 +140,16 @@ class EthercatBus:
                            f"CAP_NET_RAW and an existing interface)") from exc
         self.master = m
         self._opened = True
+        # SOEM's raw socket blocks in recv() for SO_RCVTIMEO = 1 us, which Linux rounds up to a
+        # jiffy (4-10 ms): every lost frame would cost several cycles whatever the receive
+        # timeout. Non-blocking, SOEM polls until its own timer (the receive timeout) expires.
+        self.nonblocking_fds = []
+        for fd in sorted(_socket_fds() - fds_before):
+            try:
+                os.set_blocking(fd, False)
+                self.nonblocking_fds.append(fd)
+            except OSError:
+                pass
         try:
             self._bring_up()
         except BaseException:
@@ -161,6 +187,9 @@ class EthercatBus:
         self.exchange(out)
         m.state = pysoem.OP_STATE
         m.write_state()
+        # from here on, a datagram outside the process data (AL state reads) that gets no answer
+        # costs at most the receive timeout, not SOEM's default 2 ms
+        pysoem.settings.timeouts.ret = self.timeout_us
         deadline = time.monotonic() + self.op_timeout_s
         while True:
             self.exchange(out)

@@ -323,7 +323,8 @@ def _run(spec, cfg, units, bus, conn, ctrl, rows, rt):
                                                          ABORT_RECORD: "the parent cannot write the recording"}
                                 .get(int(ctrl[C_ABORT]), "abort requested"))
             deficit = 0 < wkc < exp
-            if ev is None and ((deficit and wkc_prev_ok) or (row - 1) % cfg.bus.al_check_cycles == 0):
+            if ev is None and ((deficit and wkc_prev_ok)
+                               or (last_ok and (row - 1) % cfg.bus.al_check_cycles == 0)):
                 ev = _al_check(bus, row - 1, deficit)
             if ev is not None and ev.fault in (Fault.DRIVE_FAULT, Fault.DRIVE_DISABLED):
                 al = bus.al_faults() if hasattr(bus, "al_faults") else None
