@@ -189,6 +189,7 @@ class EthercatBus:
         m.write_state()
         # from here on, a datagram outside the process data (AL state reads) that gets no answer
         # costs at most the receive timeout, not SOEM's default 2 ms
+        self._ret_timeout = pysoem.settings.timeouts.ret
         pysoem.settings.timeouts.ret = self.timeout_us
         deadline = time.monotonic() + self.op_timeout_s
         while True:
@@ -224,12 +225,17 @@ class EthercatBus:
         ms = self.cfg.bus.watchdog_s * 1e3
         self.watchdogs_ms = []
         for k, s in enumerate(self.master.slaves):
-            try:
-                s.set_watchdog("processdata", ms)
-                self.watchdogs_ms.append(float(s.get_watchdog("processdata")))
-            except Exception as exc:
-                raise BusError(f"{self._slave_label(k)}: cannot program the SyncManager watchdog "
-                               f"(0x0400/0x0420) to {ms:g} ms: {type(exc).__name__}: {exc}") from exc
+            for attempt in range(3):          # register access: retried on a lost frame
+                try:
+                    s.set_watchdog("processdata", ms)
+                    self.watchdogs_ms.append(float(s.get_watchdog("processdata")))
+                    break
+                except Exception as exc:
+                    if attempt == 2:
+                        raise BusError(f"{self._slave_label(k)}: cannot program the SyncManager "
+                                       f"watchdog (0x0400/0x0420) to {ms:g} ms: {type(exc).__name__}"
+                                       f"{': ' + str(exc) if str(exc) else ' (no answer to the register write)'}"
+                                       ) from exc
         bad = [(k, w) for k, w in enumerate(self.watchdogs_ms) if abs(w - ms) > max(0.2, 0.02 * ms)]
         if bad:
             raise BusError("; ".join(f"{self._slave_label(k)}: SyncManager watchdog reads back "
@@ -375,6 +381,8 @@ class EthercatBus:
         m, self.master = self.master, None
         if m is None:
             return
+        if getattr(self, "_ret_timeout", None):
+            pysoem.settings.timeouts.ret = self._ret_timeout
         try:
             m.state = pysoem.INIT_STATE
             m.write_state()

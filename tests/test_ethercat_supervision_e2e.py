@@ -225,6 +225,7 @@ def test_signal_to_parent_runs_stop_sequence(veth, emulator, tmp_path, sig, code
         s = proc.status()["slaves"]
         if all(x["drive_state"] == "operation enabled" for x in s):
             break
+        assert child.poll() is None, child.communicate()[1][-1500:]
         time.sleep(0.05)
     time.sleep(0.8)
     child.send_signal(sig)
