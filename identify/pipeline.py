@@ -873,9 +873,16 @@ def run_scenario(scn: Scenario, out=None) -> RunResult:
     model = build_model(scn)
     preflight(scn, model)
     trajs = trajectories(scn, model, timings)
-    recs = record(scn, trajs, model=model, timings=timings)
+    settings, folder = None, None
+    if scn.backend == "hardware":        # samples stream into the run folder, kept on a stop
+        folder = run_folder(scn, out)
+        settings = scn.backend_settings()
+        settings.setdefault("record_dir", str(folder / "recordings"))
+    recs = record(scn, trajs, model=model, timings=timings, settings=settings)
+    if settings is not None and settings.get("dry_run"):
+        return _dry_run_result(folder, recs)
     ident = identify_recordings(scn, model, recs, timings=timings)
-    folder = run_folder(scn, out)
+    folder = folder or run_folder(scn, out)
     timings["total_before_outputs"] = round(time.perf_counter() - t0, 4)
     metrics = write_run(folder, scn, ident, trajs=trajs, recs=recs,
                         traj_infos={k: v[1] for k, v in trajs.items()}, timings=timings,
@@ -883,6 +890,16 @@ def run_scenario(scn: Scenario, out=None) -> RunResult:
     _finish(folder, scn, metrics, timings, t0)
     progress.message(_summary(metrics, folder))
     return RunResult(folder, metrics, ident)
+
+
+def _dry_run_result(folder: Path, recs: dict) -> RunResult:
+    """hardware.dry_run: the bus came up and every check passed; print the backend's bus report
+    (stdout), keep it in the run folder, identify nothing."""
+    text = next((r.meta.get("bus_report_text") for r in recs.values() if r.meta.get("bus_report_text")),
+                "dry run: no bus report (offline: no interface given)")
+    (folder / "bus_report.txt").write_text(text + "\n")
+    print(text, flush=True)
+    return RunResult(folder, {"dry_run": True}, None)
 
 
 def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None) -> RunResult:

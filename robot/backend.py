@@ -39,6 +39,7 @@ from identify.recording import ChunkWriter, Recording, assemble_chunks
 from . import loop as L
 from .config import HardwareSettings, load_config
 from .plan import approach_duration, build_plan
+from .busreport import format_bus_report
 from .runfiles import SignalGuard, new_record_dir, warn
 from .safety import (DEFAULT_POLICY, Fault, SafetyError, SafetyRefused, check_trajectory,
                      run_limits, step_limit)
@@ -335,6 +336,7 @@ class HardwareBackend:
                     _recv(parent, proc, 5.0, "dry-run exit")
                     rec = self._dry_recording(plan, q_now, meta)
                     rec.meta["bus_report"] = to_jsonable(self.last_bus_report, nonfinite="keep")
+                    rec.meta["bus_report_text"] = format_bus_report(self.last_bus_report)
                     return rec
                 tau_ff = (self.full.inverse_dynamics(plan.q, plan.qd, plan.qdd) if s.torque_feedforward
                           else np.zeros_like(plan.q))

@@ -264,3 +264,33 @@ def test_unwritable_record_dir(veth, emulator, tmp_path):
     assert e.value.fault == "record_failed", e.value.summary
     assert "could NOT be saved" in str(e.value)
     check_ordered_stop(proc.status(), range(6))
+
+
+# -- CLI dry run -----------------------------------------------------------------------------------
+def test_cli_dry_run_prints_bus_report_exit_0(veth, emulator, tmp_path):
+    """`twinid run` with hardware.dry_run: true brings the bus up, runs every check, prints the
+    bus report and exits 0 without enabling any drive; the report lands in the run folder."""
+    import yaml
+    from identify.cli import main
+    proc = emulator()
+    small = {"harmonics": 2, "period_s": 2.0, "grid": 30, "starts": 1, "max_iter": 15,
+             "limit_scale": 0.3, "start_deg": [0, 0, 0, 0, 0, 0]}
+    scn = {"name": "dry", "backend": "hardware",
+           "arm": {"urdf": str(URDF), "drives": str(DRIVES), "description": str(ROOT / "assets" / "cobot6.yaml")},
+           "trajectories": {"excitation": dict(small, seed=0), "validation": dict(small, seed=1)},
+           "hardware": {"iface": veth[0], "dry_run": True, "config": str(CONFIG)}}
+    path = tmp_path / "dry.yaml"
+    path.write_text(yaml.safe_dump(scn))
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["run", str(path), "--out", str(tmp_path / "out"), "-q"])
+    out = buf.getvalue()
+    assert code == 0, out
+    assert "EtherCAT bus report: interface " + veth[0] + ", 6 slaves" in out
+    assert "distributed clocks: on, SYNC0 every cycle, shift 500 us" in out
+    assert "1. joint1   'twinid CiA402 servo' vendor 0x00000e1d product 0x00c0b060" in out
+    assert "SM watchdog 100 ms" in out and "gear 101" in out
+    assert (tmp_path / "out" / "bus_report.txt").exists()
+    assert not np.asarray(proc.truth()["enabled"]).any()
