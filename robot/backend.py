@@ -25,6 +25,7 @@ sample (also assembled on disk in ``record_dir``).
 """
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import threading
 import time
@@ -465,6 +466,15 @@ class HardwareBackend:
             summary.setdefault("fault", Fault.RECORD_FAILED.value)
             summary["message"] = f"{summary.get('message')}; recording failed: {'; '.join(write_error)}"
         self.last_summary, self.last_stream = summary, stream
+        if summary.get("emergencies"):
+            summary["message"] = (f"{summary.get('message')}; CoE emergencies: "
+                                  + ", ".join(f"{e['joint']} error code {e['error_code']:#06x}"
+                                              for e in summary["emergencies"]))
+        try:
+            (record_dir / "summary.json").write_text(json.dumps(to_jsonable(summary, nonfinite="keep"),
+                                                                indent=1))
+        except Exception:  # noqa: BLE001 -- the samples matter more; the message says where they are
+            pass
         if summary.get("fault"):
             if where is None or stream is None:
                 warn(f"run stopped: {summary.get('message')}; {saved}")

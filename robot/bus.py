@@ -347,6 +347,23 @@ class EthercatBus:
                          f"({pysoem.al_status_code_to_string(code) if code else 'no AL status code'})"
                          for k, (st, code) in bad.items())
 
+    def read_emergencies(self, k: int) -> list[dict]:
+        """Read slave k's mailbox once (0-based); CoE emergency messages found -> dicts
+        (slave, joint, error_code, error_register, data). Costs one or two datagrams."""
+        s = self.master.slaves[k]
+        out = []
+        for _ in range(4):                       # several may be queued
+            try:
+                s.mbx_receive()
+                break
+            except pysoem.Emergency as e:
+                out.append({"slave": k + 1, "joint": self.cfg.drives[k].joint,
+                            "error_code": int(e.error_code), "error_register": int(e.error_reg),
+                            "data": [int(e.b1), int(e.w1), int(e.w2)]})
+            except Exception:  # noqa: BLE001 -- a lost mailbox read is retried next time
+                break
+        return out
+
     def lost_slaves(self) -> list[str]:
         """Slaves that no longer answer (state NONE on a fresh read)."""
         return [self._slave_label(k) for k, (st, _) in enumerate(self.read_states())

@@ -198,9 +198,14 @@ def _run(spec, cfg, units, bus, conn, ctrl, rows, rt):
     faulted = {units.joint_names[j]: {"statusword": int(sw[j]), "error_code": int(err0[j])}
                for j in np.flatnonzero(cia402.is_fault(sw))}
     out["target_position"] = inp["position_actual"]
+    emcy: list[dict] = []              # CoE emergency messages, with the row they were read at
+    has_emcy = hasattr(bus, "read_emergencies")
+    if has_emcy:
+        for k in range(n):
+            emcy += [dict(e, row=-1) for e in bus.read_emergencies(k)]
     report = bus.bus_report() if hasattr(bus, "bus_report") else {}
     conn.send(("up", {"q": q_now, "statusword": sw, "expected_wkc": exp, "faults": faulted,
-                      "slaves": bus.slave_names(), "bus_report": report, "rt": rt,
+                      "slaves": bus.slave_names(), "bus_report": report, "rt": rt, "emergencies": emcy,
                       "states": cia402.describe(sw)}))
     ctrl[C_PHASE] = PH_IDLE
 
@@ -373,6 +378,10 @@ def _run(spec, cfg, units, bus, conn, ctrl, rows, rt):
                 ctrl[C_STOP_ROW0] = row
         elif stop.done:
             break
+        # CoE emergencies: one slave's mailbox every al_check_cycles (round robin, all phases)
+        if has_emcy and last_ok and (row - 1) % cfg.bus.al_check_cycles == 5 % cfg.bus.al_check_cycles:
+            k_mb = ((row - 1) // cfg.bus.al_check_cycles) % n
+            emcy += [dict(e, row=row - 1) for e in bus.read_emergencies(k_mb)]
     summary = {"rows": row, "fault": None if event is None else event.fault.value,
                "fault_cycle": None if event is None else event.cycle,
                "message": "completed" if event is None else event.message,
@@ -381,7 +390,8 @@ def _run(spec, cfg, units, bus, conn, ctrl, rows, rt):
                "lost_frames": monitor.lost_total, "wkc_errors": monitor.wkc_total,
                "late_cycles": int(ctrl[C_LATE]), "skipped_grid_points": ticker.skipped,
                "enable_cycles": enable_cycles, "brake_cycles": brake_cycles,
-               "realtime": bool(rt.get("sched_fifo")), "rt": rt, "distributed_clocks": dc_on}
+               "realtime": bool(rt.get("sched_fifo")), "rt": rt, "distributed_clocks": dc_on,
+               "emergencies": emcy}
     conn.send(("done", summary))
     return plan_shm
 

@@ -62,6 +62,9 @@ class FakeBus:
     def al_faults(self):
         return None
 
+    def read_emergencies(self, k):
+        return []
+
     def bus_report(self):
         return {"iface": "fake", "slaves": [{"position": k + 1} for k in range(self.n)]}
 

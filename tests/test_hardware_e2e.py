@@ -236,6 +236,13 @@ def test_csp_tracking_matches_emulator_truth(veth, emulator, tmp_path):
                and x["sync0"]["shift_ns"] == 500_000 for x in status["slaves"]), status["slaves"][0]["sync0"]
     # SM watchdog programmed on every slave (0x0400/0x0420, read back by the emulator)
     assert all(abs(x["watchdog_s"] - 0.1) < 1e-3 for x in status["slaves"])
+    # drive-side following error window 0x6065 written from safety.following_error_max_rad
+    assert all(x["following_window_counts"] == round(0.05 / (2 * np.pi) * 2**20) for x in status["slaves"])
+    # master cycle aligned to the DC reference clock: the frames' phase error in the DC cycle
+    # settles (median over the second half of the run; a loaded 2-core machine adds jitter)
+    dc_err = np.load(Path(s["record_dir"]) / "bus.npz")["dc_err_ns"]
+    half = dc_err[dc_err.size // 2:]
+    assert np.median(np.abs(half)) < 150_000, np.percentile(np.abs(half), [50, 90, 99])
 
 
 def test_dry_run_never_enables(veth, emulator, tmp_path):
@@ -302,6 +309,10 @@ def test_injected_fault_safe_stop(veth, emulator, tmp_path, kind, kwargs, expect
     check_ordered_stop(st, answering)
     if kind == "drive_fault":
         assert slaves[2]["drive_state"] == "fault" and "joint3" in str(err)
+        # the drive's CoE emergency (sent by the emulator on the fault) is read and recorded
+        assert slaves[2]["emergencies_sent"] == 1
+        assert [(e["joint"], e["error_code"]) for e in s["emergencies"]] == [("joint3", 0x2310)], s["emergencies"]
+        assert "CoE emergencies: joint3 error code 0x2310" in str(err)
 
 
 def test_stalled_loop_detected_and_stopped(veth, emulator, tmp_path):

@@ -379,6 +379,8 @@ class SlaveChain:
                         "drive_state": DRIVE_STATES[e.drive.state],
                         "statusword": e.drive.od.value(0x6041), "error_code": e.drive.od.value(0x603F),
                         "watchdog_s": e.watchdog_s, "sync0": e.sync0(),
+                        "emergencies_sent": e.emergencies_sent,
+                        "following_window_counts": e.od.value(0x6065),
                         "transitions": list(e.drive.transitions)}
                        for e in self.slaves],
             "watchdog_trips": list(self.watchdog_trips)}

@@ -382,6 +382,11 @@ class SdoServer:
         self._seg = None
         return self._coe(COES_SDOREQ, struct.pack("<BHBI", 0x80, index, sub, code))
 
+    def emergency(self, error_code: int, error_register: int = 0x01, data: bytes = b"") -> bytes:
+        """A CoE emergency message (service 1): error code, error register, 5 data bytes."""
+        return self._coe(COES_EMERGENCY, struct.pack("<HB", error_code & 0xFFFF, error_register & 0xFF)
+                         + (bytes(data) + bytes(5))[:5])
+
     def mailbox_error(self, detail: int) -> bytes:
         return self._mbx(MBXT_ERR, struct.pack("<HH", 0x0001, detail))
 

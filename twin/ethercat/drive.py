@@ -69,6 +69,7 @@ class Cia402Drive:
         self.qs_left = 0
         self.ignore_mode = False
         self.cycle = 0
+        self.on_fault = None          # callback(error code): the ESC sends a CoE emergency
         self.transitions: list[tuple[int, float, str, str]] = []   # (cycle, monotonic s, from, to)
         self.q_hold = 0.0
         self.q_actual = 0.0
@@ -124,6 +125,8 @@ class Cia402Drive:
         if self.state == OPERATION_ENABLED:
             self.q_hold = self.q_actual
         self._e[0x603F].value = code & 0xFFFF
+        if self.on_fault is not None:
+            self.on_fault(code & 0xFFFF)
         self._log(self.state, FAULT_REACTION_ACTIVE)
         self.state = FAULT_REACTION_ACTIVE
         self._publish_status()

@@ -74,6 +74,9 @@ class Esc:
         self.sii = bytearray(sii)
         self.od = od
         self.drive = drive
+        if drive is not None:
+            drive.on_fault = self.queue_emergency      # a drive fault sends a CoE emergency
+        self.emergencies_sent = 0
         self.layout = layout
         self.sdo = SdoServer(od, layout.mbx_in_len)
         self.mem = bytearray(MEM_SIZE)
@@ -276,6 +279,14 @@ class Esc:
         resp = self.sdo.handle(req, self.al_state)       # the application reads SM0 at once
         if resp is not None:
             self._pending.append(resp)
+            if not self.mem[REG_SM + 8 + 5] & 0x08:
+                self._next_mailbox()
+
+    def queue_emergency(self, error_code: int) -> None:
+        """Queue a CoE emergency for the master's next mailbox read (mailbox SMs set up)."""
+        if self.al_state in (PREOP, SAFEOP, OP):
+            self._pending.append(self.sdo.emergency(error_code))
+            self.emergencies_sent += 1
             if not self.mem[REG_SM + 8 + 5] & 0x08:
                 self._next_mailbox()
 
