@@ -70,6 +70,15 @@ def open_socket(iface: str) -> socket.socket:
 
 
 def _try_realtime() -> bool:
+    """SCHED_FIFO for the emulator, pinned to the FIRST CPU: the master's loop pins itself to the
+    last one (robot.rt.harden) and busy-polls for the answer at a higher priority -- on one
+    shared CPU it would starve the emulator it waits for."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) > 1:
+            os.sched_setaffinity(0, {cpus[0]})
+    except (OSError, AttributeError):
+        pass
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(20))
         return True
