@@ -402,19 +402,24 @@ class SlaveChain:
 
 
 class _TruthBuffer:
-    """Growing (N, 1 + 11 n) float64 record of stepped periods (about 0.5 kB per 1 ms for n = 6)."""
+    """(N, 1 + 11 n) float64 record of stepped periods (about 0.5 kB per 1 ms for n = 6), kept in
+    fixed blocks of 4096 rows: growing never copies (a copy of megabytes mid-run would pause the
+    emulator for several frames)."""
     KEYS = ("q", "qd", "tau_r", "tau_m", "i_m", "q_cmd", "tau_ff", "enabled", "q_meas", "tau_r_meas", "i_m_meas")
+    BLOCK = 4096
 
     def __init__(self, n: int):
         self.n = n
-        self.buf = np.zeros((1024, 1 + len(self.KEYS) * n))
+        self.width = 1 + len(self.KEYS) * n
+        self.blocks = [np.zeros((self.BLOCK, self.width))]
         self.k = 0
 
     def append(self, st, q_cmd, tau_ff, enabled) -> None:
-        if self.k == len(self.buf):
-            self.buf = np.concatenate([self.buf, np.zeros_like(self.buf)])
+        b, r = divmod(self.k, self.BLOCK)
+        if b == len(self.blocks):
+            self.blocks.append(np.zeros((self.BLOCK, self.width)))
         qm, taum, im = st.measured()
-        row = self.buf[self.k]
+        row = self.blocks[b][r]
         row[0] = st.t
         n = self.n
         for j, v in enumerate((st.q, st.qd, st.tau_r, st.tau_m, st.i_m, q_cmd, tau_ff, enabled, qm, taum, im)):
@@ -422,7 +427,7 @@ class _TruthBuffer:
         self.k += 1
 
     def arrays(self) -> dict:
-        b, n = self.buf[:self.k], self.n
+        b, n = np.concatenate(self.blocks)[:self.k], self.n
         out = {"t": b[:, 0].copy()}
         for j, key in enumerate(self.KEYS):
             out[key] = b[:, 1 + j * n:1 + (j + 1) * n].copy()

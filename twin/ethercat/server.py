@@ -12,6 +12,7 @@ watchdog.
 """
 from __future__ import annotations
 
+import gc
 import os
 import select
 import socket
@@ -113,6 +114,9 @@ def serve(params: ServerParams, conn=None, chain: SlaveChain | None = None, stop
     if on_ready is not None:
         on_ready(info)
     waits = [sock] + ([conn] if conn is not None else [])
+    gc.collect()
+    gc.freeze()            # no collector pauses mid-run (frames allocate no reference cycles)
+    gc.disable()
     t_end = None if stop_after_s is None else time.monotonic() + stop_after_s
     recv, send, process, after = sock.recv, sock.send, chain.process, chain.after_frame
     clock, answer_ns = time.perf_counter_ns, chain.answer_ns
