@@ -14,14 +14,19 @@ A run, in order (nothing touches the bus before step 3, nothing moves before ste
     limit applied to a conservative MOTOR-torque bound (robot.torque_bound: rigid body with the
     arm's payload, link and motor friction, harmonic-drive loss 1/(1 - xi), rotor inertia,
     margins); refusals (SafetyRefused) name joint and sample;
- 3. start the loop process (robot.loop), which brings the bus up to OP and reports the pose;
- 4. plan the approach from that pose to the start pose and check the whole plan again;
-    dry run: stop here and return the (unmoved) measured pose with the planned command;
+ 3. create the run's own record folder (refused if not writable), start the loop process
+    (robot.loop), which brings the bus up to OP (identities, units read from the drives, mode,
+    watchdogs, DC) and reports the pose, drive faults, the bus report;
+ 4. refuse a drive already in FAULT (unless safety.fault_reset: on_start) or a pose farther than
+    safety.start_pose_tolerance_rad from the start; plan the approach and check the whole plan;
+    dry run: stop here and return the (unmoved) measured pose with the planned command and the
+    bus report (meta["bus_report"], meta["bus_report_text"]);
  5. the loop enables the drives, runs the plan (with ``torque_feedforward``: plus the rigid-body
     inverse dynamics of arm + payload as torque_offset), stops in a defined order; meanwhile this process
     streams its samples to disk (identify.recording.ChunkWriter) and watches its heartbeat.
 A fault ends in the safe stop and raises :class:`RunStopped`, whose ``recording`` holds every
-sample (also assembled on disk in ``record_dir``).
+sample (also assembled on disk in the run's folder). SIGTERM/SIGHUP/SIGINT during a run request
+the same stop (robot.runfiles.SignalGuard). See docs/hardware.md.
 """
 from __future__ import annotations
 

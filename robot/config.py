@@ -387,7 +387,7 @@ class HardwareSettings:
     time allowed to enable all drives. watchdog_s: the parent stops a loop that makes no progress
     this long. bringup_timeout_s: time allowed to reach OP. dwell_s: rest before/after the
     trajectory. realtime: run the
-    loop process SCHED_FIFO when permitted (falls back silently; reported). fault_policy:
+    loop process SCHED_FIFO when permitted (a loud warning when not granted). fault_policy:
     {fault name: "hold" | "disable"} overrides of robot.safety.DEFAULT_POLICY.
 
     The interlock is part of the settings: :meth:`refusal` tells at load time whether a run would
