@@ -487,15 +487,23 @@ class HardwareBackend:
                              summary["fault"], summary, stream, where)
         a, b = run_row0 + plan.traj_start, run_row0 + plan.traj_stop
         rec = stream.window(a, b)
-        sel = slice(0, None, self.decimate)
+        # every `decimate`-th row of the command grid; rows whose frame was lost (their inputs are
+        # the previous cycle's) are left out -- t keeps the real acquisition times, so the gap
+        # shows; the full stream (stream.npz, bus.npz) keeps every row
+        valid = cyc[a:b, cols["wkc"]] == summary.get("expected_wkc", -1)
+        grid = np.arange(0, b - a, self.decimate)
+        keep = grid[valid[grid]]
+        dropped = np.flatnonzero(~valid[grid])          # sample indices (of the full grid) left out
         ch = {}
         for name in ("q", "tau_j", "i_m", "tau_m", "q_cmd", "qd", "status"):
             v = getattr(rec, name)
-            ch[name] = None if v is None else v[sel][:, self.model_cols]
+            ch[name] = None if v is None else v[keep][:, self.model_cols]
         meta.update(summary=to_jsonable(summary, nonfinite="keep"), rate_hz=self.rate_hz,
-                    time_base="t: monotonic acquisition time of each sample [s] from the first; "
-                              "late: sample not acquired on time")
-        return Recording(t=rec.t[sel] - rec.t[0], rate_hz=self.rate_hz, late=rec.late[sel],
+                    n_grid_samples=int(grid.size), dropped_samples=dropped.tolist(),
+                    time_base="t: monotonic acquisition time of each sample [s] (taken as its frame "
+                              "is sent) from the trajectory's start; late: the sample's cycle "
+                              "started more than half a period late; rows of lost frames dropped")
+        return Recording(t=rec.t[keep] - rec.t[0], rate_hz=self.rate_hz, late=rec.late[keep],
                          joint_names=list(self.model.joint_names), meta=meta, **ch)
 
     def _dry_recording(self, plan, q_now, meta) -> Recording:

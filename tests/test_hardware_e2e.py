@@ -195,11 +195,14 @@ def test_csp_tracking_matches_emulator_truth(veth, emulator, tmp_path):
     be = backend(veth, tmp_path, record_rate_hz=1000.0)
     rec = be.run(TRAJ)
     truth = proc.truth()
-    assert rec.n_samples == 1500 and rec.joint_names == NAMES
-    nominal = np.arange(rec.n_samples) * 1e-3                       # command k at k * dt
+    # rows of lost frames are left out of the returned recording (listed in meta)
+    assert rec.n_samples + len(rec.meta["dropped_samples"]) == rec.meta["n_grid_samples"] == 1500
+    assert rec.joint_names == NAMES
+    grid = np.setdiff1d(np.arange(1500), rec.meta["dropped_samples"])
+    nominal = grid * 1e-3                                            # command k at k * dt
     np.testing.assert_allclose(rec.q_cmd, TRAJ.evaluate(nominal)[0], atol=1e-9)
     # rec.t: monotonic acquisition times (not row x period); late rows flagged
-    assert rec.t[0] == 0 and np.all(np.diff(rec.t) > 0) and rec.late.shape == rec.t.shape
+    assert np.all(np.diff(rec.t) > 0) and rec.late.shape == rec.t.shape
     assert abs(np.median(np.diff(rec.t)) - 1e-3) < 2e-4
     assert np.max(np.abs(rec.q - rec.q_cmd)) < 0.02                  # CSP tracking on the twin
     st = be.last_stream
@@ -385,12 +388,18 @@ def test_identification_over_bus_matches_twin(veth, emulator, tmp_path):
     s_twin1 = _scenario("twin", twin={"sample_rate_hz": 100, "seed": 1})
     ident["twin1"] = identify_recordings(s_twin1, model, record(s_twin1, traj, model=model, show=False))
     q0 = traj["excitation"][0].evaluate(np.zeros(1))[0][0]
-    emulator("twin", twin_settings={"seed": 0}, q0=q0, record_truth=False)
+    # the drives run on wall time as DC-synchronised drives do, so the twin's time matches the
+    # master's acquisition time stamps (Recording.t) also across late cycles
+    emulator("twin", twin_settings={"seed": 0}, q0=q0, record_truth=False, clock="sync0")
     s_hw = _scenario("hardware", hardware={
-        "iface": veth[0], "armed": True, "config": master_config(tmp_path),
+        "iface": veth[0], "armed": True,
+        # PyBullet steps behind the bus on this loaded VM: late answers count as lost frames
+        "config": master_config(tmp_path, bus={"lost_frame_budget": 100}),
         "options": {"record_rate_hz": 100, "record_dir": str(tmp_path / "rec"), "dwell_s": 0.3}})
     recs = record(s_hw, traj, model=model, show=False)
-    assert recs["excitation"].rate_hz == 100 and recs["excitation"].n_samples == 600
+    ex = recs["excitation"]
+    assert ex.rate_hz == 100 and ex.n_samples + len(ex.meta["dropped_samples"]) == 600
+    assert len(ex.meta["dropped_samples"]) <= 6
     ident["hw"] = identify_recordings(s_hw, model, recs)
 
     def zmax(a, b, name):

@@ -44,12 +44,21 @@ class SlaveChain:
             SAFEOP with AL status code 0x001B (an enabled drive faults). None disables it.
         following_window_rad: CiA 402 following error window (0x6065) [rad].
         record_truth: keep every stepped state for :meth:`truth`.
+        clock: "frame" (default, lock-step: one period per process-data frame, whatever the wall
+            time) or "sync0" (as a DC-synchronised drive: one period per elapsed cycle of wall
+            time, so a late master cycle lets the axis hold its last target for the missed
+            SYNC0 events; the physics time then tracks the master's acquisition time stamps).
     """
 
     def __init__(self, cfg: SlaveConfig, motion: Motion, n_slaves: int | None = None, q0=None,
                  watchdog_s: float | None = 0.5, following_window_rad: float = 0.2,
-                 record_truth: bool = True):
+                 record_truth: bool = True, clock: str = "frame"):
         n = len(cfg.drives) if n_slaves is None else int(n_slaves)
+        if clock not in ("frame", "sync0"):
+            raise ValueError(f"clock={clock!r}: expected 'frame' (one period per process-data "
+                             f"frame) or 'sync0' (one period per elapsed cycle of wall time)")
+        self.clock = clock
+        self._t_step: float | None = None
         if not 1 <= n <= len(cfg.drives):
             raise ValueError(f"n_slaves={n_slaves}: {cfg.source} configures {len(cfg.drives)} drives")
         self.cfg = cfg
@@ -146,7 +155,16 @@ class SlaveChain:
         """Called once the answer is on the wire: step the motion if the frame carried process data."""
         if self._pd_pending:
             self._pd_pending = False
-            self.cycle()
+            steps = 1
+            if self.clock == "sync0":
+                dt = self.cfg.cycle_time_s
+                now = time.monotonic()
+                if self._t_step is None or abs(now - self._t_step) > 50 * dt:
+                    self._t_step = now - dt                  # (re)synchronise
+                steps = max(1, min(50, int((now - self._t_step) / dt + 0.5)))
+                self._t_step += steps * dt
+            for _ in range(steps):
+                self.cycle()
 
     def _physical(self, buf: bytearray, cmd: int, h: int, d: int, n: int) -> None:
         adp, ado = struct.unpack_from("<HH", buf, h + 2)
