@@ -21,7 +21,7 @@ import pysoem
 from .cia402 import MODE_CSP
 from .config import EthercatConfig
 from .drivecheck import (ABORT_NO_OBJECT, DriveCheckError, abort_code, check_units, object_label,
-                         read_units, sdo_error_text)
+                         read_units, retry_sdo, sdo_error_text)
 from .pdo import PdoLayout, pack_sdo_value
 
 STATE_NAMES = {pysoem.NONE_STATE: "NONE", pysoem.INIT_STATE: "INIT", pysoem.PREOP_STATE: "PREOP",
@@ -271,7 +271,7 @@ class EthercatBus:
             skipped = []
             for index, sub, data, ca, optional in sdos:
                 try:
-                    slave.sdo_write(index, sub, data, ca=ca)
+                    retry_sdo(slave.sdo_write, index, sub, data, ca=ca)
                 except Exception as exc:
                     if optional and abort_code(exc) in (ABORT_NO_OBJECT, 0x06090011):
                         skipped.append(object_label(index, sub))
@@ -279,9 +279,9 @@ class EthercatBus:
                     self._hook_errors.append(f"{label}: " + sdo_error_text("write", index, sub, exc))
                     return
             try:
-                got = read_units(lambda i, s_: slave.sdo_read(i, s_))
+                got = read_units(lambda i, s_: slave.sdo_read(i, s_), label)
                 notes = check_units(d, got, label)
-                mode = struct.unpack("<b", bytes(slave.sdo_read(0x6061, 0))[:1])[0]
+                mode = struct.unpack("<b", bytes(retry_sdo(slave.sdo_read, 0x6061, 0))[:1])[0]
             except DriveCheckError as exc:
                 self._hook_errors.append(str(exc))
                 return

@@ -83,19 +83,33 @@ def _u32(b: bytes) -> int:
     return struct.unpack("<I", bytes(b)[:4].ljust(4, b"\0"))[0]
 
 
-def read_units(read) -> dict:
+def retry_sdo(fn, *args, tries: int = 3, **kw):
+    """Call an SDO function; a failure without an abort code (no mailbox answer in time: a lost
+    frame, a loaded bus) is retried up to `tries` times. Abort codes are final."""
+    for k in range(tries):
+        try:
+            return fn(*args, **kw)
+        except Exception as exc:  # noqa: BLE001 -- classified by abort code
+            if abort_code(exc) is not None or k == tries - 1:
+                raise
+
+
+def read_units(read, label: str = "") -> dict:
     """The drive's scaling objects through ``read(index, sub) -> bytes``. Objects the drive lacks
-    are None (the check then relies on the configuration, and says so)."""
+    are None (the check then relies on the configuration, and says so). `label` names the slave
+    in errors."""
     out = {}
+    pre = f"{label}: " if label else ""
 
     def get(key, index, sub, size=4):
         try:
-            out[key] = _u32(read(index, sub)) if size == 4 else bytes(read(index, sub))[0]
+            raw = retry_sdo(read, index, sub)
+            out[key] = _u32(raw) if size == 4 else bytes(raw)[0]
         except Exception as exc:  # noqa: BLE001 -- an absent object is reported, not fatal
             if abort_code(exc) in (ABORT_NO_OBJECT, ABORT_NO_SUBINDEX):
                 out[key] = None
             else:
-                raise DriveCheckError(sdo_error_text("read", index, sub, exc)) from exc
+                raise DriveCheckError(pre + sdo_error_text("read", index, sub, exc)) from exc
     get("encoder_increments", 0x608F, 1)
     get("encoder_motor_revs", 0x608F, 2)
     get("gear_motor_revs", 0x6091, 1)
