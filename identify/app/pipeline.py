@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from identify.common import progress
-from identify.common.fileio import write_yaml
+from identify.common.fileio import atomic_write_text, write_yaml
 from identify.excitation.plots import plot_trajectory
 from identify.logs.load import gains_from_drives, load_log
 from identify.model.arm import load_description
@@ -77,9 +77,16 @@ def run_scenario(scn: Scenario, out=None) -> RunResult:
     model = build_model(scn)
     preflight(scn, model)
     trajs = trajectories(scn, model, timings)
-    recs = record(scn, trajs, model=model, timings=timings)
+    settings, folder = None, None
+    if scn.backend == "hardware":        # samples stream into the run folder, kept on a stop
+        folder = run_folder(scn, out)
+        settings = scn.backend_settings()
+        settings.setdefault("record_dir", str(folder / "recordings"))
+    recs = record(scn, trajs, model=model, timings=timings, settings=settings)
+    if settings is not None and settings.get("dry_run"):
+        return _dry_run_result(folder, recs)
     ident = identify_recordings(scn, model, recs, timings=timings)
-    folder = run_folder(scn, out)
+    folder = folder or run_folder(scn, out)
     timings["total_before_outputs"] = round(time.perf_counter() - t0, 4)
     run = _run_info(scn, "run", timings)
     for label, (_tr, info) in trajs.items():
@@ -92,6 +99,17 @@ def run_scenario(scn: Scenario, out=None) -> RunResult:
     finish_run(folder, scn, metrics, timings, t0)
     progress.message(summary(metrics, folder))
     return RunResult(folder, metrics, ident)
+
+
+def _dry_run_result(folder: Path, recs: dict) -> RunResult:
+    """hardware.dry_run: the bus came up and every check passed; print the backend's bus report
+    (stdout), keep it in the run folder, identify nothing."""
+    text = next((r.meta.get("bus_report_text") for r in recs.values()
+                 if r.meta.get("bus_report_text")),
+                "dry run: no bus report (offline: no interface given)")
+    atomic_write_text(folder / "bus_report.txt", text + "\n")
+    print(text, flush=True)
+    return RunResult(folder, {"dry_run": True}, None)
 
 
 def _log_specs(scn: Scenario, log=None, validation_log=None) -> dict:
@@ -199,17 +217,21 @@ def _add_closed_loop(folder: Path, scn: Scenario, model, trajectory, ident, metr
     prior = None if ident is None else ident.prior.inertial
     models = loop_models(model, identified=identified, truth=truth, cad_inertial=prior,
                          J_m_datasheet=_datasheet_J_m(scn, model))
+    settings = scn.backend_settings()
+    if scn.backend == "hardware":        # as the identification's runs: samples kept on a stop
+        settings.setdefault("record_dir", str(folder / "recordings" / "closed_loop"))
     with progress.step("closed loop", timings):
         try:
-            res = run_loop(scn.closed_loop, scn.backend, backend_arm(scn, model),
-                           scn.backend_settings(), trajectory, models, model.joint_names,
-                           progress=progress.enabled())
+            res = run_loop(scn.closed_loop, scn.backend, backend_arm(scn, model), settings,
+                           trajectory, models, model.joint_names, progress=progress.enabled())
         except ValueError as exc:
             raise SafetyRefusal(f"the {scn.backend} backend refused a closed-loop run: {exc}") from exc
-    metrics["closed_loop"] = closed_loop_metrics(res.closed_loop)
     metrics.setdefault("messages", []).extend(res.notes)
-    files = {"closed_loop_tracking": plot_tracking(res.closed_loop, folder / "plots" /
-                                                   "closed_loop_tracking.png")}
+    files = {}
+    if res.closed_loop is not None:
+        metrics["closed_loop"] = closed_loop_metrics(res.closed_loop)
+        files["closed_loop_tracking"] = plot_tracking(res.closed_loop, folder / "plots" /
+                                                      "closed_loop_tracking.png")
     if res.collision:
         metrics["collision"] = collision_metrics(res.collision)
         files["collision"] = plot_collision(res.collision, list(model.joint_names),
@@ -288,8 +310,9 @@ def _control_only(scn: Scenario, out, command: str, log=None) -> RunResult:
         _add_closed_loop(folder, scn, model, tr, None, sections, timings, truth=truth)
         run.messages.extend(sections.pop("messages", []))
         run.files.update(sections.pop("files", {}))
-        cl = sections["closed_loop"]["tracking_rms_rad"]
-        msg = "tracking RMS [rad]: " + ", ".join(f"{k} {v:.3g}" for k, v in cl.items())
+        cl = sections.get("closed_loop", {}).get("tracking_rms_rad", {})
+        msg = ("tracking RMS [rad]: " + ", ".join(f"{k} {v:.3g}" for k, v in cl.items())
+               if cl else "; ".join(run.messages))
     write_yaml(folder / "scenario.yaml", resolved_scenario(scn))
     metrics = {**control_run_document(run, model.joint_names), **sections}
     write_json(folder / "metrics.json", metrics)

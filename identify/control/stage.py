@@ -27,7 +27,7 @@ __all__ = ["LoopResults", "loop_models", "run_loop", "known_arm", "run_payload"]
 
 @dataclass
 class LoopResults:
-    """closed_loop: ClosedLoopResult; collision: model name ("identified", "cad") ->
+    """closed_loop: ClosedLoopResult (None after a hardware dry run); collision: model name ("identified", "cad") ->
     CollisionResult (empty when not run); notes: why parts did not run; recordings: label ->
     Recording (closed-loop and collision runs, for the run folder)."""
     closed_loop: ClosedLoopResult
@@ -69,6 +69,15 @@ def run_loop(spec: ClosedLoopSpec, backend: str, arm: dict, settings: dict, traj
     if twin:
         s["sample_rate_hz"] = spec.sample_rate_hz
     seed = int(s.get("seed", 0))
+    if not twin and s.get("dry_run"):
+        # the backend checks the plan and the identified feed-forward (range, limits) and moves
+        # nothing: no tracking figures
+        rec = run_case(backend, arm, s, trajectory, feedforward(models["identified"]),
+                       progress=progress)
+        return LoopResults(None, notes=["closed_loop: hardware dry run -- the plan and the "
+                                        "identified model's feed-forward were checked, nothing "
+                                        "moved, no tracking figures"],
+                           recordings={"closed_loop_dry_run": rec})
     lead = 1e-3 if twin else 0.0        # the twin's CSP set point (closed_loop.tracking_case)
     ffs = {"pid_only": (pid_only, "none"),
            "identified_ff": (feedforward(models["identified"]), models["identified"].source)}
