@@ -205,6 +205,8 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
             if prob is not None:
                 raise ctx.error(path, f"{value} {prob}" + ("" if str(p) == value else
                                                           f" (looked at {p})"))
+        if meta.get("exists") and not p.exists():
+            raise ctx.error(path, f"not found: {value} (looked at {p})")
         return p
     raise TypeError(f"scenario schema: unsupported type {tp!r} at {_dotted(path)}")
 
