@@ -335,3 +335,12 @@ def test_version(capsys):
     assert main(["--version"]) == 0
     from importlib.metadata import version
     assert capsys.readouterr().out.strip() == f"twinid {version('twinid')}"
+
+
+def test_lock_file_is_not_listed_in_the_report(tmp_path):
+    from identify.app.report import build_report
+    from identify.app.runfolder import LOCK_NAME, claim_run_folder
+    with claim_run_folder(_scn(tmp_path), tmp_path / "out") as folder:
+        (folder / "metrics.json").write_text(json.dumps({"name": "x"}))
+        md = build_report(folder)[0].read_text()      # built while the folder is claimed
+    assert LOCK_NAME not in md and "metrics.json" in md

@@ -125,7 +125,8 @@ def run_scenario(scn: Scenario, out=None, *, force: bool = False, yes: bool = Fa
     the hooks at the end of this module). Nothing is computed before the estimate is within
     budget (or `yes`) and the folder is claimed (writable, room, not used by another command)."""
     if scn.payload is not None or (scn.closed_loop is not None and scn.closed_loop.model is not None):
-        return _control_only(scn, out, "run")
+        with claim_run_folder(scn, out, force=force) as folder:
+            return _control_only(scn, folder, "run")
     from identify.scenario.budget import estimate_run
     timings: dict = {}
     t0 = time.perf_counter()
@@ -195,7 +196,8 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
                  force: bool = False) -> RunResult:
     """``twinid fit``: identify from recordings/logs named in the scenario's fit section."""
     if scn.payload is not None:
-        return _control_only(scn, out, "fit", log=log)
+        with claim_run_folder(scn, out, force=force, command="fit") as folder:
+            return _control_only(scn, folder, "fit", log=log)
     timings: dict = {}
     t0 = time.perf_counter()
     specs = _log_specs(scn, log, validation_log)

@@ -324,7 +324,7 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         B.append(("h", 2, "Timings"))
         B.append(("table", ["step", "wall time [s]"], [[k, _fmt(v)] for k, v in timings.items()]))
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                   if p.is_file() and p.name not in ("report.md", "report.html"))
+                   if p.is_file() and p.name not in ("report.md", "report.html", ".twinid.lock"))
     B.append(("h", 2, "Files"))
     B.append(("code", "\n".join(files)))
     return B
