@@ -25,7 +25,7 @@ from identify.validation.validate import validate
 from .prior import prior_parameters
 from .results import (Export, Fits, Identification, ModelValidation, Prior, RmsFigure,
                       TruthComparison)
-from .truth import recorded_settings, true_link_parameters, twin_settings
+from .truth import recorded_drive_truth, recorded_settings, true_link_parameters, twin_settings
 
 
 def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = None) -> dict:
@@ -80,7 +80,8 @@ def build_truth(scn: Scenario, model, base, recs: dict, warnings: list) -> Truth
     terms = tuple(scn.identification.friction_terms)
     cmp = TruthComparison(expected=scn.backend == "twin")
     try:
-        truth = true_link_parameters(scn, model, twin_settings(scn, recs))
+        truth = true_link_parameters(scn, model, twin_settings(scn, recs),
+                                     drive_truth=recorded_drive_truth(recs))
     except ValueError as exc:
         warnings.append(f"no parameter truth: {exc}")
         return cmp
@@ -153,7 +154,10 @@ def parameter_errors(fits: Fits, validation: ModelValidation, truth: TruthCompar
         truth.errors["improved_stage1"] = pe
     if stage2_truth(fits, truth) is not None:
         try:
-            truth.errors["improved_stage2"] = stage2_errors(im.stage2_, truth.truth.stage2)
+            truth.errors["improved_stage2"] = stage2_errors(
+                im.stage2_, {nm: truth.truth.stage2[nm] for nm in
+                             ("xi_opp", "xi_lin", "f_mc", "f_mv", "J_m", "J_m/K")
+                             if nm in truth.truth.stage2})
         except ValueError as exc:
             warnings.append(f"stage-2 parameter errors: {exc}")
 
@@ -162,9 +166,16 @@ def stage2_truth(fits: Fits, truth: TruthComparison) -> np.ndarray | None:
     """(n, k) drive truth in the order of the fitted stage-2 coefficients, when it applies (a
     twin truth for stage 2 and a fitted variant the twin's law can be compared with)."""
     im, t = fits.improved, truth.truth
-    if im is None or t is None or not t.applicable["stage2"] or im.stage2_.variant == "linear":
+    if im is None or t is None or not t.applicable["stage2"]:
         return None
     s2 = im.stage2_
+    if any(nm not in t.stage2 for nm in s2.names):
+        return None                      # no constant truth for this law (load_speed)
+    # the fitted variant must contain the twin's law: "both" contains either; the drive-file
+    # fallback (no recorded law) is the opposing loss
+    law_variant = {"paper": "linear", "opposing": "opposing"}.get(t.law or "opposing")
+    if s2.variant not in (law_variant, "both"):
+        return None
     return np.array([[t.stage2[nm][j] for nm in s2.names] for j in range(len(s2.joints))])
 
 

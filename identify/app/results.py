@@ -78,6 +78,7 @@ class Truth:
     applicable: dict
     not_applicable: dict
     settings_source: str
+    law: str | None = None               # the twin's reducer-friction law (drive_truth)
 
 
 @dataclass

@@ -173,9 +173,11 @@ def _qr_solve(A: np.ndarray, b: np.ndarray, names=None, rcond: float | None = No
     return sla.solve_triangular(R, z, check_finite=False), R
 
 
-def _dof_per_joint(N: int, n: int, p: int) -> float:
-    dof = N - p / n
-    if dof <= 0:
+def _dof_per_joint(N, n: int, p: int):
+    """Residual degrees of freedom per joint: N - p/n; N may be (n,) counts of fitted samples
+    per joint (a sample mask), then the result is (n,)."""
+    dof = np.asarray(N, dtype=float) - p / n
+    if np.any(dof <= 0):
         raise ValueError(f"no residual degrees of freedom: {N} samples x {n} joints for {p} "
                          f"parameters; record more samples")
     return dof
@@ -234,15 +236,33 @@ def _check_serial(serial):
     return serial
 
 
-def _prepare(W, y, names, joint_names, rcond):
+def apply_mask(W, y, mask):
+    """Leave samples out of a fit by zeroing their rows: W (N, n, p), y (N, n), mask (N, n) bool
+    (True = fitted) or None. Zero rows add nothing to the normal equations nor to the residual
+    sums; the degrees of freedom count only the fitted samples (returned per joint, (n,), or
+    None without a mask). Keeping the (N, n) layout keeps the samples in time order for the
+    autocorrelation of the residuals (left-out samples contribute zero residual)."""
+    if mask is None:
+        return W, y, None
+    W = np.asarray(W, dtype=float)
+    y = np.asarray(y, dtype=float)
+    mask = np.asarray(mask, dtype=bool)
+    if W.ndim != 3 or mask.shape != W.shape[:2]:
+        raise ValueError(f"sample mask has shape {mask.shape}, expected {W.shape[:2]} "
+                         f"(N samples, n joints) for W {W.shape}")
+    return W * mask[..., None], y * mask, mask.sum(axis=0)
+
+
+def _prepare(W, y, names, joint_names, rcond, counts=None):
     """Fit preamble shared by OLS and WLS: :func:`stack_system`, then an under-determined system
     (M <= p rows) is rejected naming the unidentifiable parameters, then the residual degrees of
-    freedom per joint are checked. Returns A (M, p), b (M,), N, n, names, dof."""
+    freedom per joint are checked (`counts`: fitted samples per joint, :func:`apply_mask`).
+    Returns A (M, p), b (M,), N, n, names, dof."""
     A, b, N, n, names = stack_system(W, y, names, joint_names)
     M, p = A.shape
     if M <= p:
         check_identifiable(A, names, rcond)
-    return A, b, N, n, names, _dof_per_joint(N, n, p)
+    return A, b, N, n, names, _dof_per_joint(N if counts is None else counts, n, p)
 
 
 def _ols_step(A, b, N, n, names, rcond, dof):
@@ -283,14 +303,16 @@ class _Linear:
             raise ValueError(f"W has {W.shape[-1]} columns, the fit has {self.params_.size}")
         return W @ self.params_
 
-    def _finish(self, A, b, N, n, names, p_hat, cov):
+    def _finish(self, A, b, N, n, names, p_hat, cov, counts=None):
         p = A.shape[1]
         e = (b - A @ p_hat).reshape(N, n)
-        dof = _dof_per_joint(N, n, p)
+        dof = _dof_per_joint(N if counts is None else counts, n, p)
         self.params_ = p_hat
         self.cov_ = 0.5 * (cov + cov.T)
         self.sigma2_ = np.sum(e ** 2, axis=0) / dof
-        self.residual_rms_ = np.sqrt(np.mean(e ** 2, axis=0))
+        self.residual_rms_ = np.sqrt(np.sum(e ** 2, axis=0)
+                                     / (N if counts is None else np.maximum(counts, 1)))
+        self.n_fitted_ = np.full(n, N) if counts is None else np.asarray(counts)
         self.names_ = list(names)
         self.n_joints_ = n
         self.n_samples_ = N
@@ -323,13 +345,15 @@ class OLS(_Linear):
         self.serial = _check_serial(serial)
 
     @_one_blas_thread
-    def fit(self, W, y, names=None, joint_names=None) -> "OLS":
-        A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond)
+    def fit(self, W, y, names=None, joint_names=None, mask=None) -> "OLS":
+        """`mask` (N, n) bool: samples fitted (None: all), :func:`apply_mask`."""
+        W, y, counts = apply_mask(W, y, mask)
+        A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond, counts)
         p_hat, R, e, s2 = _ols_step(A, b, N, n, names, self.rcond, dof)
         tau = integrated_autocorr_time(e) if self.serial == "auto" else np.ones(n)
         cov = _joint_sandwich(A, R, N, n, s2 * tau)
         self.tau_int_ = tau
-        return self._finish(A, b, N, n, names, p_hat, cov)
+        return self._finish(A, b, N, n, names, p_hat, cov, counts)
 
 
 class WLS(_Linear):
@@ -353,8 +377,10 @@ class WLS(_Linear):
         self.serial = _check_serial(serial)
 
     @_one_blas_thread
-    def fit(self, W, y, names=None, joint_names=None) -> "WLS":
-        A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond)
+    def fit(self, W, y, names=None, joint_names=None, mask=None) -> "WLS":
+        """`mask` (N, n) bool: samples fitted (None: all), :func:`apply_mask`."""
+        W, y, counts = apply_mask(W, y, mask)
+        A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond, counts)
         M, p = A.shape
         if self.sigma is None:                     # step 1: OLS residual std per joint
             sig = np.sqrt(_ols_step(A, b, N, n, names, self.rcond, dof)[3])
@@ -369,7 +395,7 @@ class WLS(_Linear):
         bw = (b.reshape(N, n) * w[None, :]).reshape(M)
         p_hat, R = _qr_solve(Aw, bw, names if self.sigma is not None else None, self.rcond)
         ew = bw - Aw @ p_hat
-        scale2 = float(ew @ ew) / (M - p)
+        scale2 = float(ew @ ew) / ((M if counts is None else int(np.sum(counts))) - p)
         if self.serial == "auto":
             ewj = ew.reshape(N, n)
             tau = integrated_autocorr_time(ewj)
@@ -381,7 +407,7 @@ class WLS(_Linear):
         self.tau_int_ = tau
         self.weights_ = w
         self.scale2_ = scale2
-        return self._finish(A, b, N, n, names, p_hat, cov)
+        return self._finish(A, b, N, n, names, p_hat, cov, counts)
 
 
 def lcurve_corner(s: np.ndarray, beta: np.ndarray, rho_perp2: float = 0.0,
@@ -443,13 +469,15 @@ class Ridge(_Linear):
         self.serial = _check_serial(serial)
 
     @_one_blas_thread
-    def fit(self, W, y, names=None, joint_names=None) -> "Ridge":
+    def fit(self, W, y, names=None, joint_names=None, mask=None) -> "Ridge":
+        """`mask` (N, n) bool: samples fitted (None: all), :func:`apply_mask`."""
+        W, y, counts = apply_mask(W, y, mask)
         A, b, N, n, names = stack_system(W, y, names, joint_names)
         M, p = A.shape
         prior = np.zeros(p) if self.prior is None else np.asarray(self.prior, dtype=float)
         if prior.shape != (p,):
             raise ValueError(f"Ridge prior has shape {prior.shape}, expected ({p},)")
-        dof = _dof_per_joint(N, n, p)
+        dof = _dof_per_joint(N if counts is None else counts, n, p)
         b0 = b - A @ prior
         d = np.linalg.norm(A, axis=0)
         d = np.where(d > 0, d, 1.0)
@@ -487,7 +515,7 @@ class Ridge(_Linear):
         cov = cov_s / np.outer(d, d)
         self.lambda_ = lam
         self.weights_ = w
-        return self._finish(A, b, N, n, names, p_hat, cov)
+        return self._finish(A, b, N, n, names, p_hat, cov, counts)
 
 
 def _svd_system(A: np.ndarray, b: np.ndarray):

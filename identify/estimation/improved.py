@@ -142,8 +142,12 @@ class ImprovedModel:
         N = W.shape[0]
         tau_j = _channel(d, "tau_j", n, N)
         tau_m = _channel(d, "tau_m", n, N)
+        # samples near velocity reversals (stick-slip: no constant-parameter Coulomb law) are
+        # left out of stage 1 when the processing marked them (Processed.fit_mask)
+        mask = getattr(d, "fit_mask", None)
+        kw = {} if mask is None else {"mask": mask}
         self.stage1_ = _make_estimator(self.estimator).fit(
-            W, tau_j, names=names, joint_names=list(self.model.joint_names))
+            W, tau_j, names=names, joint_names=list(self.model.joint_names), **kw)
         self.params_ = np.asarray(self.stage1_.params_, dtype=float)
         self.std_ = np.asarray(self.stage1_.std_, dtype=float)
         self.names1_ = list(names)
