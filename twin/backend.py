@@ -229,6 +229,11 @@ class TwinBackend:
         qd_meas = sensors.sample_velocity(src["qd_m"])
         tau_m_meas = i_meas * cfg.drives.torque_factor
         q_cmd = q1[idx[sample_steps]]
+        # the measurement error actually injected (noise, quantization, offset, drift, scale),
+        # measured minus the true value of the same (delayed) instant: the noise floor of RMS
+        # figures (identify.app.identification.noise_floors)
+        truth["noise_tau_j"] = tau_meas - src["tau_r"]
+        truth["noise_tau_m"] = tau_m_meas - src["tau_m"]
         meta = {
             "backend": "twin",
             "arm": {"urdf": str(cfg.urdf), "drives": str(cfg.drives_path), "payload": cfg.payload},

@@ -23,8 +23,8 @@ from identify.validation.parameter_errors import stage2_errors, true_base_parame
 from identify.validation.validate import validate
 
 from .prior import prior_parameters
-from .results import (Export, Fits, Identification, ModelValidation, Prior, RmsFigure,
-                      TruthComparison)
+from .results import (Export, Fits, Identification, ModelValidation, NoiseFloor, Prior,
+                      RmsFigure, TruthComparison)
 from .truth import recorded_drive_truth, recorded_settings, true_link_parameters, twin_settings
 
 
@@ -104,8 +104,40 @@ def build_truth(scn: Scenario, model, base, recs: dict, warnings: list) -> Truth
     return cmp
 
 
+def noise_floors(recs: dict, processed: dict) -> dict:
+    """trajectory -> {"tau_m", "tau_j"} -> :class:`NoiseFloor` of the raw signals RMS figures are
+    computed against: on the twin the RMS of the noise it injected (truth ``noise_tau_*``) at the
+    processed samples, when those are the recording's own samples (no resampling, period
+    averaging or delay compensation); otherwise the estimate of the processing
+    (``Processed.noise_floor``)."""
+    out = {}
+    for label, d in processed.items():
+        rec = recs.get(label)
+        truth = getattr(rec, "truth", None) or {}
+        chain = getattr(d, "filter_chain", None)
+        steps = " ".join(d.meta.get("processing", {}).get("steps", []))
+        same_grid = (chain is not None and rec is not None and chain.n_full == rec.n_samples
+                     and "resampled" not in steps and "averaged" not in steps
+                     and not getattr(d, "delay_s", 0.0))
+        floors = {}
+        for ch in ("tau_m", "tau_j"):
+            if getattr(d, ch, None) is None:
+                continue
+            noise = truth.get(f"noise_{ch}")
+            if same_grid and noise is not None and np.shape(noise)[0] == rec.n_samples:
+                f = RmsFigure.of(chain.select(np.asarray(noise, float)))
+                floors[ch] = NoiseFloor(f.per_joint, f.overall, "twin: injected")
+            elif ch in (getattr(d, "noise_floor", None) or {}):
+                pj = np.asarray(d.noise_floor[ch], float)
+                floors[ch] = NoiseFloor(pj, float(np.sqrt(np.mean(pj ** 2))),
+                                        "estimate: local cubic fit residual")
+        out[label] = floors
+    return out
+
+
 def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComparison, *,
-                    decompose: bool = True, timings: dict | None = None) -> ModelValidation:
+                    decompose: bool = True, timings: dict | None = None,
+                    recs: dict | None = None) -> ModelValidation:
     """Predictions and RMS of every fitted model on every trajectory with a motor torque; the
     improved model's headline route; every reducer-friction variant (closed form); cond of the
     measured designs."""
@@ -117,17 +149,22 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
         vres = validate(sm, im, with_tau_m, routes=routes, decompose_torque=decompose,
                         truth_base=truth.base if im is not None else None)
     head = f"improved_{route}" if route in routes else "improved_closed_form"
-    preds, rms, improvement = {}, {}, {}
+    preds, rms, rms_f, improvement = {}, {}, {}, {}
     for label in vres.rms:
         P = dict(vres.predictions[label])
         R = {m: RmsFigure(np.asarray(v), float(vres.rms_overall[label][m]))
              for m, v in vres.rms[label].items()}
+        RF = {m: RmsFigure(np.asarray(v), float(vres.rms_filtered_overall[label][m]))
+              for m, v in vres.rms_filtered[label].items()}
         if im is not None:
-            P["improved"], R["improved"] = P[head], R[head]
+            P["improved"], R["improved"], RF["improved"] = P[head], R[head], RF[head]
             d = processed[label]
             if d.tau_j is not None:
-                R["stage1_tau_j"] = RmsFigure.of(im.predict_tau_r(d, W[label]) - d.tau_j)
-        preds[label], rms[label] = P, R
+                pred_r = im.predict_tau_r(d, W[label])
+                raw_j = (getattr(d, "raw", None) or {}).get("tau_j")
+                R["stage1_tau_j"] = RmsFigure.of(pred_r - (d.tau_j if raw_j is None else raw_j))
+                RF["stage1_tau_j"] = RmsFigure.of(pred_r - d.tau_j)
+        preds[label], rms[label], rms_f[label] = P, R, RF
         if head in vres.change.get(label, {}):
             improvement[label] = float(vres.change[label][head])
     variants = {}
@@ -135,10 +172,12 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
         for v in im.stage2_all_:
             variants[v] = {label: RmsFigure.of(
                 im.predict(processed[label], route="closed_form", W=W[label], variant=v)
-                - processed[label].tau_m).overall for label in vres.rms}
+                - vres.measured[label]).overall for label in vres.rms}
     cond = {label: float(np.linalg.cond(w.reshape(-1, w.shape[-1]))) for label, w in W.items()}
     return ModelValidation(result=vres, headline_route=head, predictions=preds, rms=rms,
-                           improvement=improvement, variants_rms=variants, cond_measured=cond)
+                           improvement=improvement, variants_rms=variants, cond_measured=cond,
+                           rms_filtered=rms_f,
+                           noise_floor=noise_floors(recs or {}, with_tau_m))
 
 
 def parameter_errors(fits: Fits, validation: ModelValidation, truth: TruthComparison,
@@ -229,7 +268,8 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     processed = process_recordings(scn, model, recs, timings)
     fits = fit_models(scn, model, base, processed, timings)
     truth = build_truth(scn, model, base, recs, warnings) if want_truth else TruthComparison()
-    validation = validate_models(scn, fits, processed, truth, decompose=decompose, timings=timings)
+    validation = validate_models(scn, fits, processed, truth, decompose=decompose, timings=timings,
+                                 recs=recs)
     parameter_errors(fits, validation, truth, warnings)
     prior = prior_parameters(scn, model, recs)
     export = fit_export(scn, model, base, fits, processed, prior, timings)
