@@ -11,6 +11,7 @@ import numpy as np
 
 from identify.common import progress
 from identify.estimation.consistency import ConsistentFit
+from identify.estimation.delay import estimate_delay
 from identify.estimation.design import design_from
 from identify.estimation.improved import ImprovedModel
 from identify.estimation.processing import ProcessingSettings, process
@@ -28,8 +29,13 @@ from .results import (Export, Fits, Identification, ModelValidation, NoiseFloor,
 from .truth import recorded_drive_truth, recorded_settings, true_link_parameters, twin_settings
 
 
-def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = None) -> dict:
-    """label -> Processed (identify.estimation.processing) with the scenario's settings."""
+def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = None,
+                       base=None) -> dict:
+    """label -> Processed (identify.estimation.processing) with the scenario's settings. With
+    ``processing.delay: auto`` each recording's torque delay is estimated from the data
+    (:func:`identify.estimation.delay.estimate_delay` on the stage-1 / simplified design of the
+    uncompensated data) and the recording processed again with it compensated; the estimate is
+    in ``Processed.meta["processing"]["delay_estimate"]``."""
     ps = ProcessingSettings.from_dict(scn.processing)
     processed = {}
     with progress.step("processing", timings):
@@ -37,8 +43,31 @@ def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = 
             if list(rec.joint_names) != list(model.joint_names):
                 raise ValueError(f"{label} recording joints {list(rec.joint_names)} differ from the "
                                  f"model's {list(model.joint_names)}")
-            processed[label] = process(rec, ps)
+            d = process(rec, ps)
+            if ps.delay == "auto":
+                terms = tuple(scn.identification.friction_terms)
+                if base is None:
+                    base = compute_base_parameters(model, terms=terms, seed=0)
+                est = estimate_delay(d, design_from(model, base, d, terms=terms)[0])
+                d = process(rec, ps, delay_s=est.delay_s)
+                d.meta["processing"]["delay_estimate"] = est.to_dict()
+            processed[label] = d
     return processed
+
+
+def estimate_delays(model, base, terms, processed: dict, designs: dict) -> dict:
+    """label -> DelayEstimate of the torque delay left in the processed data (after any
+    compensation; ~0 when the data are aligned). Reported in metrics.json (``delay``)."""
+    out = {}
+    for label, d in processed.items():
+        W = designs.get(label)
+        if W is None:
+            W = design_from(model, base, d, terms=terms)[0]
+        try:
+            out[label] = estimate_delay(d, W)
+        except ValueError:
+            continue                    # too short a recording for the search: not reported
+    return out
 
 
 def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None = None) -> Fits:
@@ -135,6 +164,24 @@ def noise_floors(recs: dict, processed: dict) -> dict:
     return out
 
 
+def _outside_reversals(d, preds: dict, raw_m, stage1) -> dict:
+    """model -> RmsFigure against the raw signal over the samples outside velocity reversals
+    (``Processed.fit_mask``), per joint over that joint's samples; {} without a mask."""
+    mask = getattr(d, "fit_mask", None)
+    if mask is None:
+        return {}
+    mask = np.asarray(mask, bool)
+    cnt = np.maximum(mask.sum(axis=0), 1)
+
+    def fig(err):
+        e2 = np.asarray(err, float) ** 2 * mask
+        return RmsFigure(np.sqrt(e2.sum(axis=0) / cnt), float(np.sqrt(e2.sum() / cnt.sum())))
+    out = {m: fig(p - raw_m) for m, p in preds.items()}
+    if stage1:
+        out["stage1_tau_j"] = fig(stage1[0] - stage1[1])
+    return out
+
+
 def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComparison, *,
                     decompose: bool = True, timings: dict | None = None,
                     recs: dict | None = None) -> ModelValidation:
@@ -149,7 +196,8 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
         vres = validate(sm, im, with_tau_m, routes=routes, decompose_torque=decompose,
                         truth_base=truth.base if im is not None else None)
     head = f"improved_{route}" if route in routes else "improved_closed_form"
-    preds, rms, rms_f, improvement = {}, {}, {}, {}
+    preds, rms, rms_f, rms_o, improvement = {}, {}, {}, {}, {}
+    pred_r = raw_j = None
     for label in vres.rms:
         P = dict(vres.predictions[label])
         R = {m: RmsFigure(np.asarray(v), float(vres.rms_overall[label][m]))
@@ -162,9 +210,12 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
             if d.tau_j is not None:
                 pred_r = im.predict_tau_r(d, W[label])
                 raw_j = (getattr(d, "raw", None) or {}).get("tau_j")
-                R["stage1_tau_j"] = RmsFigure.of(pred_r - (d.tau_j if raw_j is None else raw_j))
+                raw_j = d.tau_j if raw_j is None else raw_j
+                R["stage1_tau_j"] = RmsFigure.of(pred_r - raw_j)
                 RF["stage1_tau_j"] = RmsFigure.of(pred_r - d.tau_j)
         preds[label], rms[label], rms_f[label] = P, R, RF
+        rms_o[label] = _outside_reversals(processed[label], P, vres.measured[label],
+                                          R.get("stage1_tau_j") and (pred_r, raw_j))
         if head in vres.change.get(label, {}):
             improvement[label] = float(vres.change[label][head])
     variants = {}
@@ -176,7 +227,7 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
     cond = {label: float(np.linalg.cond(w.reshape(-1, w.shape[-1]))) for label, w in W.items()}
     return ModelValidation(result=vres, headline_route=head, predictions=preds, rms=rms,
                            improvement=improvement, variants_rms=variants, cond_measured=cond,
-                           rms_filtered=rms_f,
+                           rms_filtered=rms_f, rms_outside_reversals=rms_o,
                            noise_floor=noise_floors(recs or {}, with_tau_m))
 
 
@@ -265,8 +316,9 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     if base is None:
         base = compute_base_parameters(model, terms=terms, seed=0)
     warnings: list = []
-    processed = process_recordings(scn, model, recs, timings)
+    processed = process_recordings(scn, model, recs, timings, base=base)
     fits = fit_models(scn, model, base, processed, timings)
+    delays = estimate_delays(model, base, terms, processed, fits.designs)
     truth = build_truth(scn, model, base, recs, warnings) if want_truth else TruthComparison()
     validation = validate_models(scn, fits, processed, truth, decompose=decompose, timings=timings,
                                  recs=recs)
@@ -275,4 +327,4 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     export = fit_export(scn, model, base, fits, processed, prior, timings)
     return Identification(model=model, base=base, terms=terms, processed=processed, fits=fits,
                           truth=truth, validation=validation, export=export, prior=prior,
-                          warnings=warnings)
+                          warnings=warnings, delays=delays)

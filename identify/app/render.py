@@ -168,6 +168,11 @@ RMS_FILTERED_NOTE = ("against the filtered signal the fit saw (smoothing + low-p
                      "agreement with the sensor")
 
 
+RMS_OUTSIDE_NOTE = ("against the raw signal over the samples outside velocity reversals (the "
+                    "samples the fit used, processing.reversal_speed_rad_s): at a reversal the "
+                    "friction sticks, which no constant-parameter model describes")
+
+
 def noise_floor_documents(v) -> dict:
     """trajectory -> signal -> {per_joint, overall, source} of ModelValidation.noise_floor."""
     return {label: {ch: {"per_joint": np.asarray(f.per_joint).tolist(),
@@ -176,11 +181,28 @@ def noise_floor_documents(v) -> dict:
             for label, floors in v.noise_floor.items()}
 
 
-def rms_over_floor(v) -> dict:
-    """trajectory -> model -> overall RMS / the noise floor of its signal (tau_j for the stage-1
-    joint-torque fit, tau_m otherwise); 1 = the model explains everything but the noise."""
+def delay_document(ident: Identification) -> dict:
+    """trajectory -> {compensated_s: the delay the processing compensated [s], estimate (when
+    processing.delay is auto), residual_s: the delay still estimated in the processed data}."""
     out = {}
-    for label, by_model in v.rms.items():
+    for label, d in ident.processed.items():
+        meta = d.meta.get("processing", {})
+        doc = {"compensated_s": float(getattr(d, "delay_s", 0.0))}
+        if "delay_estimate" in meta:
+            doc["estimate"] = meta["delay_estimate"]
+        est = ident.delays.get(label)
+        if est is not None:
+            doc["residual"] = est.to_dict()
+        out[label] = doc
+    return out
+
+
+def rms_over_floor(v, rms: dict | None = None) -> dict:
+    """trajectory -> model -> overall RMS / the noise floor of its signal (tau_j for the stage-1
+    joint-torque fit, tau_m otherwise); 1 = the model explains everything but the noise.
+    `rms`: the figures to divide (default the headline ``v.rms``)."""
+    out = {}
+    for label, by_model in (v.rms if rms is None else rms).items():
         floors = v.noise_floor.get(label, {})
         row = {}
         for name, r in by_model.items():
@@ -258,7 +280,13 @@ def identification_metrics(ident: Identification, models: dict | None = None) ->
                                  **{label: {name: rms_document(r) for name, r in by_model.items()}
                                     for label, by_model in v.rms_filtered.items()}},
          "noise_floor": noise_floor_documents(v),
+         "delay": delay_document(ident),
          "rms_over_noise_floor": rms_over_floor(v),
+         "rms_outside_reversals": {
+             "note": RMS_OUTSIDE_NOTE,
+             **{label: {name: rms_document(r) for name, r in by_model.items()}
+                for label, by_model in v.rms_outside_reversals.items()}},
+         "rms_outside_reversals_over_noise_floor": rms_over_floor(v, v.rms_outside_reversals),
          "improvement_percent": dict(v.improvement), "cond_W_measured": dict(v.cond_measured),
          "n_base": int(ident.base.n_base), "headline_improved_route": v.headline_route,
          "prior": prior_document(ident.prior), "poorly_excited_count": pe_counts,

@@ -114,7 +114,9 @@ class ModelValidation:
     rms: trajectory -> model -> RmsFigure against the RAW measured signal at the processed samples
     (including "stage1_tau_j", the stage-1 joint-torque fit; predictions from the processed
     states); rms_filtered: the same against the filtered signal the fit saw (second figure);
-    noise_floor: trajectory -> "tau_m" / "tau_j" -> NoiseFloor;
+    noise_floor: trajectory -> "tau_m" / "tau_j" -> NoiseFloor; rms_outside_reversals: as rms,
+    over the samples outside velocity reversals (Processed.fit_mask: where the friction sticks,
+    which no constant-parameter model describes);
     improvement: trajectory -> relative change of the headline vs the simplified model [%];
     variants_rms: reducer-friction variant -> trajectory -> overall RMS [N*m] (closed form);
     cond_measured: trajectory -> cond of the measured design."""
@@ -127,6 +129,7 @@ class ModelValidation:
     cond_measured: dict
     rms_filtered: dict = field(default_factory=dict)
     noise_floor: dict = field(default_factory=dict)
+    rms_outside_reversals: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -170,6 +173,7 @@ class Identification:
     export: Export | None
     prior: Prior
     warnings: list = field(default_factory=list)
+    delays: dict = field(default_factory=dict)   # trajectory -> estimation.delay.DelayEstimate
 
     # read-only shortcuts used by plots, sweeps and tests
     @property
