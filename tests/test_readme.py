@@ -21,10 +21,11 @@ def headline_rows(text: str) -> dict:
     rows = {}
     for line in m.group(1).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if not cells or not cells[0].startswith(("excitation", "validation")):
+        traj = next((t for t in ("excitation", "validation") if t in cells[0]), None)
+        if traj is None or cells[0].startswith("trajectory"):
             continue
         nums = [float(re.sub(r"[^0-9.+-]", "", c.replace("−", "-"))) for c in cells[1:7]]
-        rows[cells[0].split()[0]] = {**dict(zip(COLUMNS, nums)),
+        rows[traj] = {**dict(zip(COLUMNS, nums)),
                                      "met": "(met)" in cells[-1]}
     assert set(rows) == {"excitation", "validation"}, rows
     return rows
