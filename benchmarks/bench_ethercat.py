@@ -111,8 +111,12 @@ def main(argv=None):
                                       "realtime": rt, "config": str(cfg_path)})
             traj = Sine([0.3, 0.2, -0.2, 0.4, 0.4, 0.5], args.seconds)
             t0 = time.time()
-            be.run(traj)
+            rec = be.run(traj)
             wall = time.time() - t0
+            # the timed loop must have run the trajectory before its times are printed
+            if rec.n_samples < 0.9 * args.seconds / dt or not np.all(np.isfinite(rec.q)):
+                raise SystemExit(f"insane result: {rec.n_samples} samples for a "
+                                 f"{args.seconds:g} s run, or non-finite positions")
         loop = be.last_summary["stats"]
     finally:
         if proc is not None:
