@@ -135,27 +135,23 @@ def build_truth(scn: Scenario, model, base, recs: dict, warnings: list) -> Truth
 
 def noise_floors(recs: dict, processed: dict) -> dict:
     """trajectory -> {"tau_m", "tau_j"} -> :class:`NoiseFloor` of the raw signals RMS figures are
-    computed against: on the twin the RMS of the noise it injected (truth ``noise_tau_*``) at the
-    processed samples, when those are the recording's own samples (no resampling, period
-    averaging or delay compensation); otherwise the estimate of the processing
-    (``Processed.noise_floor``)."""
+    computed against: on the twin the RMS of the noise it injected
+    (``meta["injected_noise_rms"]``), when the processed samples are the recording's own samples
+    (no resampling or period averaging, which change the noise); otherwise the estimate of the
+    processing (``Processed.noise_floor``)."""
     out = {}
     for label, d in processed.items():
         rec = recs.get(label)
-        truth = getattr(rec, "truth", None) or {}
-        chain = getattr(d, "filter_chain", None)
+        injected = ((getattr(rec, "meta", None) or {}).get("injected_noise_rms") or {})
         steps = " ".join(d.meta.get("processing", {}).get("steps", []))
-        same_grid = (chain is not None and rec is not None and chain.n_full == rec.n_samples
-                     and "resampled" not in steps and "averaged" not in steps
-                     and not getattr(d, "delay_s", 0.0))
+        same = rec is not None and "resampled" not in steps and "averaged" not in steps
         floors = {}
         for ch in ("tau_m", "tau_j"):
             if getattr(d, ch, None) is None:
                 continue
-            noise = truth.get(f"noise_{ch}")
-            if same_grid and noise is not None and np.shape(noise)[0] == rec.n_samples:
-                f = RmsFigure.of(chain.select(np.asarray(noise, float)))
-                floors[ch] = NoiseFloor(f.per_joint, f.overall, "twin: injected")
+            if same and injected.get(ch) is not None:
+                pj = np.asarray(injected[ch], float)
+                floors[ch] = NoiseFloor(pj, float(np.sqrt(np.mean(pj ** 2))), "twin: injected")
             elif ch in (getattr(d, "noise_floor", None) or {}):
                 pj = np.asarray(d.noise_floor[ch], float)
                 floors[ch] = NoiseFloor(pj, float(np.sqrt(np.mean(pj ** 2))),
