@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from identify.common import progress
-from identify.common.fileio import write_yaml
+from identify.common.fileio import atomic_write_text, write_yaml
 from identify.excitation.plots import plot_trajectory
 from identify.logs.load import gains_from_drives, load_log
 from identify.model.arm import load_description
@@ -73,9 +73,16 @@ def run_scenario(scn: Scenario, out=None) -> RunResult:
     model = build_model(scn)
     preflight(scn, model)
     trajs = trajectories(scn, model, timings)
-    recs = record(scn, trajs, model=model, timings=timings)
+    settings, folder = None, None
+    if scn.backend == "hardware":        # samples stream into the run folder, kept on a stop
+        folder = run_folder(scn, out)
+        settings = scn.backend_settings()
+        settings.setdefault("record_dir", str(folder / "recordings"))
+    recs = record(scn, trajs, model=model, timings=timings, settings=settings)
+    if settings is not None and settings.get("dry_run"):
+        return _dry_run_result(folder, recs)
     ident = identify_recordings(scn, model, recs, timings=timings)
-    folder = run_folder(scn, out)
+    folder = folder or run_folder(scn, out)
     timings["total_before_outputs"] = round(time.perf_counter() - t0, 4)
     run = _run_info(scn, "run", timings)
     for label, (_tr, info) in trajs.items():
@@ -85,6 +92,17 @@ def run_scenario(scn: Scenario, out=None) -> RunResult:
     finish_run(folder, scn, metrics, timings, t0)
     progress.message(summary(metrics, folder))
     return RunResult(folder, metrics, ident)
+
+
+def _dry_run_result(folder: Path, recs: dict) -> RunResult:
+    """hardware.dry_run: the bus came up and every check passed; print the backend's bus report
+    (stdout), keep it in the run folder, identify nothing."""
+    text = next((r.meta.get("bus_report_text") for r in recs.values()
+                 if r.meta.get("bus_report_text")),
+                "dry run: no bus report (offline: no interface given)")
+    atomic_write_text(folder / "bus_report.txt", text + "\n")
+    print(text, flush=True)
+    return RunResult(folder, {"dry_run": True}, None)
 
 
 def _log_specs(scn: Scenario, log=None, validation_log=None) -> dict:
