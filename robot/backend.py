@@ -224,10 +224,23 @@ class HardwareBackend:
         return self._check(t, q, qd, qdd, "trajectory")
 
     # -- run ------------------------------------------------------------------------------------
-    def run(self, trajectory, *, periods: int = 1, progress: bool = False) -> Recording:
+    def run(self, trajectory, *, periods: int = 1, progress: bool = False,
+            tau_ff=None) -> Recording:
+        """tau_ff: optional feed-forward model, a callable (q, qd, qdd) (N, n) -> (N, n) [N*m, link
+        side] evaluated on the run plan (approach included) and written to the drives' torque
+        offset object 0x60B2 every cycle instead of the rigid-body ``torque_feedforward``; refused
+        before the bus is touched when the PDO mapping has no torque_offset or the arm model is a
+        joint subset. Every other check (limits, motor-torque bound, per-mille range) is the same."""
         s = self.settings
         if s.refusal():                      # known from the settings alone: refuse first
             raise SafetyRefused(s.refusal())
+        if tau_ff is not None:
+            if "torque_offset" not in [e.name for e in self.cfg.rx_entries]:
+                raise SafetyRefused(f"{self.cfg.path}: a torque feed-forward needs the drives' "
+                                    f"torque_offset (0x60B2) in the rx PDO mapping")
+            if self.model.n != self.full.n:
+                raise SafetyRefused("a torque feed-forward model needs the whole arm (no arm.joints "
+                                    "subset)")
         self.check(trajectory, periods)
         traj_full = _FullTrajectory(trajectory, self)
         if not s.iface:
@@ -337,6 +350,21 @@ class HardwareBackend:
                 except ValueError:
                     parent.send(("quit",))
                     raise
+                if tau_ff is not None:           # checked before the dry-run exit: a dry run checks it too
+                    ff_model = tau_ff
+                    tau_ff = np.asarray(ff_model(plan.q, plan.qd, plan.qdd), float)
+                    try:
+                        if tau_ff.shape != plan.q.shape or not np.all(np.isfinite(tau_ff)):
+                            raise ValueError(f"tau_ff returned shape {tau_ff.shape} or non-finite "
+                                             f"values on the run plan; expected finite "
+                                             f"{plan.q.shape}")
+                        self.units.torque_permille(tau_ff)      # the per-mille range, before moving
+                    except ValueError as exc:
+                        parent.send(("quit",))
+                        raise SafetyRefused(f"feed-forward: {exc}") from None
+                else:
+                    tau_ff = (self.full.inverse_dynamics(plan.q, plan.qd, plan.qdd)
+                              if s.torque_feedforward else np.zeros_like(plan.q))
                 if s.dry_run:
                     parent.send(("quit",))
                     _recv(parent, proc, 5.0, "dry-run exit")
@@ -344,8 +372,6 @@ class HardwareBackend:
                     rec.meta["bus_report"] = to_jsonable(self.last_bus_report, nonfinite="keep")
                     rec.meta["bus_report_text"] = format_bus_report(self.last_bus_report)
                     return rec
-                tau_ff = (self.full.inverse_dynamics(plan.q, plan.qd, plan.qdd) if s.torque_feedforward
-                          else np.zeros_like(plan.q))
                 plan_shm = shared_memory.SharedMemory(create=True, size=2 * plan.q.size * 8)
                 np.ndarray(plan.q.shape, np.float64, plan_shm.buf)[:] = plan.q
                 np.ndarray(plan.q.shape, np.float64, plan_shm.buf, offset=plan.q.size * 8)[:] = tau_ff
