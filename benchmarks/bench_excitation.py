@@ -171,7 +171,9 @@ def main(argv=None):
     t0 = time.perf_counter()
     res = optimize_excitation(model, problem, seed=args.seed, n_starts=args.starts, progress=True)
     t_ours = time.perf_counter() - t0
-    check_trajectory(model, res.trajectory, lim, n_check)
+    check_trajectory(model, res.trajectory, lim, n_check)      # limits hold (raises otherwise)
+    if not (np.isfinite(res.cond) and res.cond >= 1.0):
+        raise SystemExit(f"insane result: cond(W_base) = {res.cond!r}")
     print(f"(c) CasADi+IPOPT: cond {res.cond:.2f}, wall {t_ours:.1f} s "
           f"(solver {res.solver_time_s:.1f} s, build {res.build_time_s:.1f} s), starts: " +
           ", ".join(f"{s['cond']:.2f}/{s['iterations']}it/{s['time_s']:.1f}s" for s in res.starts))

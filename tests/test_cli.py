@@ -408,7 +408,16 @@ def test_perturbed_prior_is_physical_seeded_and_not_the_truth():
         assert np.linalg.eigvalsh(pseudo_inertia(a[10 * k:10 * k + 10])).min() > 0
         r = a[10 * k] / p[10 * k]
         assert 0.8 <= r <= 1.2 and r != 1.0
-    np.testing.assert_allclose(a[1:4] / a[0], p[1:4] / p[0])     # CoM kept
+    from identify.model.spatial import inertial_from_params
+    shifts, shape = [], []
+    for k in range(model.n):                 # CoM moved (mm to cm), inertia shape changed
+        m0, c0, I0 = inertial_from_params(p[10 * k:10 * k + 10])
+        m1, c1, I1 = inertial_from_params(a[10 * k:10 * k + 10])
+        shifts.append(np.abs(c1 - c0).max())
+        l0, l1 = np.linalg.eigvalsh(I0), np.linalg.eigvalsh(I1)
+        shape.append(np.ptp(l1 / l0))        # unequal scaling of the principal moments
+    assert 1e-3 < max(shifts) < 0.1 and min(shifts) > 1e-4, shifts
+    assert max(shape) > 0.05, shape
     np.testing.assert_array_equal(perturbed_inertials(p, 0.0, 1), p)
 
     class Rec:

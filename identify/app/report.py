@@ -133,7 +133,32 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         B.append(("table", head, rows))
         B.append(("p", "Reduction = (improved - simplified) / simplified x 100 (negative = the "
                        "improved model is better), as the paper states it. RMS over all joints "
-                       "and samples of predicted minus measured link-side motor torque eta*beta*i."))
+                       "and samples of predicted minus measured link-side motor torque eta*beta*i. "
+                       "Measured = the RAW sensor signal (neither smoothed nor low-passed); the "
+                       "predictions use the processed states."))
+        floor = metrics.get("noise_floor", {})
+        ratio = metrics.get("rms_over_noise_floor", {})
+        filt = metrics.get("rms_filtered_target", {})
+        if floor:
+            head = ["trajectory", "model", "RMS vs raw [N*m]", "noise floor [N*m]",
+                    "RMS / floor", "RMS vs filtered target [N*m]"]
+            rows = []
+            for traj in ("excitation", "validation"):
+                for m, r in rms.get(traj, {}).items():
+                    if not isinstance(r, dict) or m.startswith("improved_"):
+                        continue
+                    f = floor.get(traj, {}).get("tau_j" if m == "stage1_tau_j" else "tau_m", {})
+                    rows.append([traj, m, _fmt(r.get("overall")), _fmt(f.get("overall")),
+                                 _fmt(ratio.get(traj, {}).get(m)),
+                                 _fmt(filt.get(traj, {}).get(m, {}).get("overall"))])
+            B.append(("h", 3, "RMS against the raw signal, its noise floor, and the filtered-target "
+                              "figure"))
+            B.append(("table", head, rows))
+            src = sorted({f.get("source", "?") for fl in floor.values() for f in fl.values()})
+            B.append(("p", "Noise floor: " + ", ".join(src) + ". RMS / floor = 1 means the model "
+                           "explains everything but the sensor noise. The filtered-target figure "
+                           "compares with the smoothed, low-passed signal the fit saw; it is "
+                           "lower by the removed noise and is not agreement with the sensor."))
         for traj in ("excitation", "validation"):
             r = rms.get(traj, {})
             models = [m for m in r if isinstance(r[m], dict) and "per_joint" in r[m]]
@@ -207,13 +232,16 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                 B.append(("p", f"Poorly excited (std > |value|): **{table['poorly_excited_count']}** "
                                f"of {len(names)} parameters (marked below)."))
             cols = [("value", "value"), ("std", "std"), ("rel_std_percent", "rel. std [%]"),
-                    ("truth", "truth"), ("error_percent", "error [%]")]
+                    ("truth", "truth"), ("error_percent", "error [%]"),
+                    ("z", "z = error / std")]
             cols = [c for c in cols if c[0] in table]
             head = ["parameter"] + [c[1] for c in cols]
             pe = table.get("poorly_excited")
             if pe is not None:
                 head.append("poorly excited")
-            rows = [[str(nm)] + [_fmt(table[c][i]) for c, _ in cols]
+            nz = table.get("truth_near_zero") or [False] * len(names)
+            rows = [[str(nm)] + [("—" if c == "error_percent" and nz[i] else _fmt(table[c][i]))
+                                 for c, _ in cols]
                     + ([] if pe is None else ["yes" if pe[i] else ""]) for i, nm in enumerate(names)]
             B.append(("table", head, rows))
 

@@ -52,6 +52,17 @@ class RmsFigure:
 
 
 @dataclass
+class NoiseFloor:
+    """The noise floor of a measured signal [N*m]: per_joint (n,) and overall RMS of the noise;
+    source: "twin: injected" (the RMS of the noise the twin actually added at these samples) or
+    "estimate: local cubic fit residual" (logs / hardware, identify.estimation.signal.noise_floor).
+    An RMS against the raw signal cannot go below it (for an unbiased model it equals it)."""
+    per_joint: np.ndarray
+    overall: float
+    source: str
+
+
+@dataclass
 class Fits:
     """The fitted joint models and the design matrices they were fitted / predicted with.
 
@@ -78,6 +89,7 @@ class Truth:
     applicable: dict
     not_applicable: dict
     settings_source: str
+    law: str | None = None               # the twin's reducer-friction law (drive_truth)
 
 
 @dataclass
@@ -99,7 +111,12 @@ class ModelValidation:
 
     result: identify.validation.validate.ValidationResult; headline_route: the improved model's
     prediction route reported as "improved"; predictions: trajectory -> model -> (N, n);
-    rms: trajectory -> model -> RmsFigure (including "stage1_tau_j", the stage-1 joint-torque fit);
+    rms: trajectory -> model -> RmsFigure against the RAW measured signal at the processed samples
+    (including "stage1_tau_j", the stage-1 joint-torque fit; predictions from the processed
+    states); rms_filtered: the same against the filtered signal the fit saw (second figure);
+    noise_floor: trajectory -> "tau_m" / "tau_j" -> NoiseFloor; rms_outside_reversals: as rms,
+    over the samples outside velocity reversals (Processed.fit_mask: where the friction sticks,
+    which no constant-parameter model describes);
     improvement: trajectory -> relative change of the headline vs the simplified model [%];
     variants_rms: reducer-friction variant -> trajectory -> overall RMS [N*m] (closed form);
     cond_measured: trajectory -> cond of the measured design."""
@@ -110,6 +127,9 @@ class ModelValidation:
     improvement: dict
     variants_rms: dict
     cond_measured: dict
+    rms_filtered: dict = field(default_factory=dict)
+    noise_floor: dict = field(default_factory=dict)
+    rms_outside_reversals: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -153,6 +173,7 @@ class Identification:
     export: Export | None
     prior: Prior
     warnings: list = field(default_factory=list)
+    delays: dict = field(default_factory=dict)   # trajectory -> estimation.delay.DelayEstimate
 
     # read-only shortcuts used by plots, sweeps and tests
     @property

@@ -350,6 +350,30 @@ METRICS = {
 }
 
 
+#: stages whose z = (estimate - truth) / std the runs record (render.sweep_record "z")
+COVERAGE_STAGES = ("improved_stage1", "improved_stage2", "simplified")
+
+
+def coverage(records: list) -> dict:
+    """Calibration of the reported std per stage over the runs of one grid point: the z values
+    of every run pooled; fraction within 1, 2 and 3 sigma (a calibrated Gaussian std gives
+    68.3 / 95.4 / 99.7 %), the RMS of z (1 when calibrated) and the count. Stages without z in
+    any run are left out."""
+    out = {}
+    for stage in COVERAGE_STAGES:
+        z = np.asarray([x for r in records for x in ((r.get("z") or {}).get(stage) or [])
+                        if x is not None and np.isfinite(x)], float)
+        if z.size == 0:
+            continue
+        a = np.abs(z)
+        out[stage] = {"n": int(z.size), "within_1sigma": float(np.mean(a <= 1.0)),
+                      "within_2sigma": float(np.mean(a <= 2.0)),
+                      "within_3sigma": float(np.mean(a <= 3.0)),
+                      "rms_z": float(np.sqrt(np.mean(z ** 2))),
+                      "median_abs_z": float(np.median(a))}
+    return out
+
+
 def summarize(folder, scn: Scenario, points: list, timings: dict | None = None) -> dict:
     """Aggregate the finished runs per grid point (median, 10-90 % band over seeds); write
     summary.json / summary.md / summary.html and plots. Missing runs are counted, not invented."""
@@ -365,6 +389,7 @@ def summarize(folder, scn: Scenario, points: list, timings: dict | None = None) 
         row["runs_total"] = len(pt["run_ids"])
         for key, (_label, fn) in METRICS.items():
             row[key] = _stats([fn(r) for r in rs])
+        row["coverage"] = coverage(rs)
         rows.append(row)
     summary = {"name": scn.name, "created": _dt.datetime.now().isoformat(timespec="seconds"),
                "noise_settings": NOISE_SETTINGS, "seeds": scn.sweep.seeds,
@@ -430,11 +455,26 @@ def _write_summary_docs(folder: Path, summary: dict, plots: list) -> None:
             ", ".join(f"{k}={v:g}" for k, v in r["levels"].items())
         rows.append([r["combine"], r["channel"], f"{lvl:g}" if isinstance(lvl, float) else lvl,
                      f"{r['runs_finished']}/{r['runs_total']}"] + [_fmt(r[k]) for k in METRICS])
+    cov_head = ["combine", "channel", "level", "stage", "n z", "within 1 sigma",
+                "within 2 sigma", "within 3 sigma", "RMS z"]
+    cov_rows = []
+    for r, row in zip(summary["points"], rows):
+        for stage, c in r.get("coverage", {}).items():
+            cov_rows.append(row[:3] + [stage, str(c["n"])]
+                            + [f"{100 * c[k]:.1f} %" for k in ("within_1sigma", "within_2sigma",
+                                                               "within_3sigma")]
+                            + [f"{c['rms_z']:.3g}"])
     blocks = [("h", 1, f"twinid noise sweep: {summary['name']}"),
               ("p", f"{summary['runs_finished']} runs finished; {summary['seeds']} Monte Carlo seeds "
                     f"per grid point; cells: median [10 %, 90 %] over seeds. Noise settings of the "
                     f"twin: " + ", ".join(f"{k} -> `{v}`" for k, v in NOISE_SETTINGS.items())),
               ("table", head, rows)]
+    if cov_rows:
+        blocks += [("h", 2, "Calibration of the reported uncertainty"),
+                   ("p", "z = (estimate - truth) / reported std, pooled over the seeds of a grid "
+                         "point; a calibrated std gives 68.3 % / 95.4 % / 99.7 % within 1 / 2 / 3 "
+                         "sigma and RMS z = 1."),
+                   ("table", cov_head, cov_rows)]
     for p in plots:
         blocks.append(("img", os.path.relpath(p, folder), p.stem.replace("_", " ")))
     atomic_write_text(folder / "summary.md", render_markdown(blocks))
