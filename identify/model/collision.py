@@ -10,8 +10,9 @@ Capsules (a segment a-b in a body frame and a radius) are generated from the URD
   capsule along its longest edge with the half diagonal of the other two edges as radius (contains
   the box); meshes are not read (a warning-free omission would be unsafe, so they raise);
 * ``link_tubes``: a capsule from each body's frame origin to the next joint's origin, with the
-  largest radius of that body's geometry (``tube_radius`` when it has none). The reference
-  URDF only describes the joint housings; the tubes are the structure between them.
+  largest radius of that body's geometry (``tube_radius`` when it has none), for links at least
+  ``tube_min_length`` long. The reference URDF only describes the joint housings; the tubes are
+  the upper arm and the forearm between them.
 
 Every capsule contains the geometry it was generated from, so a capsule distance >= margin
 implies the true geometry distance >= margin (what the PyBullet check in
@@ -182,10 +183,13 @@ def _geometry_capsule(geom, T: np.ndarray, body: int, label: str) -> Capsule:
 
 
 def capsules_from_urdf(path, joint_names, *, link_tubes: bool = True, tube_radius: float = 0.04,
-                       placements: np.ndarray | None = None) -> list[Capsule]:
+                       placements: np.ndarray | None = None, tube_min_length: float = 0.15
+                       ) -> list[Capsule]:
     """Capsules of the arm in `path` whose moving joints are `joint_names` (see module doc).
     `placements` (n, 4, 4): joint frames in their parent body frames (RobotModel.placements),
-    needed for the link tubes."""
+    needed for the link tubes. Links shorter than tube_min_length [m] get no tube: a compact
+    wrist is its joint housings (a tube there would overlap the neighbouring housings in most
+    poses and forbid motions the real wrist makes)."""
     root = ET.parse(Path(path)).getroot()
     moving = list(joint_names)
     where = _body_links(root, moving)
@@ -206,7 +210,7 @@ def capsules_from_urdf(path, joint_names, *, link_tubes: bool = True, tube_radiu
         names = {b: ln for ln, (b, T) in where.items() if np.allclose(T, np.eye(4))}
         for b in range(1, n):
             end = np.asarray(placements[b])[:3, 3]
-            if np.linalg.norm(end) < 1e-6:
+            if np.linalg.norm(end) < max(tube_min_length, 1e-6):
                 continue
             rs = [c.radius for c in caps if c.body == b]
             caps.append(Capsule(b, np.zeros(3), end.copy(), max(rs) if rs else float(tube_radius),
@@ -396,6 +400,17 @@ class ArmCapsules:
                            self.axes, self.box_step, self.pairs[keep[:P]],
                            self.obstacle_pairs[keep[P:]],
                            self.ignored + [l for l, k in zip(labels, keep) if not k])
+
+    def drop_constant(self, q_samples, tol: float = 1e-7) -> "ArmCapsules":
+        """Copy without the pairs whose distance is the same at every pose of q_samples (N, n):
+        their clearance is settled by the start pose (no constraint rows needed; a constant row
+        only makes the problem degenerate)."""
+        D = self.distances(np.asarray(q_samples, float))
+        keep = np.ptp(D, axis=0) > tol
+        P = len(self.pairs)
+        return ArmCapsules(self.capsules, self.obstacles, self.joint_names, self.placements,
+                           self.axes, self.box_step, self.pairs[keep[:P]],
+                           self.obstacle_pairs[keep[P:]], list(self.ignored))
 
     # -- CasADi -------------------------------------------------------------------------------
     def distance_function(self) -> ca.Function:
