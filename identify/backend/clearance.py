@@ -30,7 +30,9 @@ class CollisionRefused(ValueError):
 @dataclass
 class ClearanceReport:
     """t (N,) [s]; min_distance (N,) [m] over all checked pairs; worst pair label and its time;
-    margin [m]; pairs checked; ignored pair labels (overlapping at the start pose)."""
+    margin [m]; pairs checked; ignored pair labels (overlapping at the start pose); labels and
+    distances (N, P) of every checked pair (getClosestPoints reports pairs within margin + 0.1 m
+    only: farther ones read margin + 0.1 m)."""
     t: np.ndarray
     min_distance: np.ndarray
     worst_pair: str
@@ -38,6 +40,8 @@ class ClearanceReport:
     margin: float
     n_pairs: int
     ignored: list = field(default_factory=list)
+    labels: list = field(default_factory=list)       # (P,) checked pairs
+    distances: np.ndarray | None = None              # (N, P) [m], capped at margin + 0.1 m
 
 
 def trajectory_collision_settings(trajectory) -> tuple[tuple, float, int]:
@@ -173,7 +177,8 @@ def check_clearance(urdf, joint_names, trajectory=None, *, q=None, t=None, obsta
     if not pairs:
         return ClearanceReport(t, np.full(len(t), np.inf), "", 0.0, margin, 0, ignored)
     k, p = np.unravel_index(int(np.argmin(D)), D.shape)
-    rep = ClearanceReport(t, D.min(1), label(pairs[p]), float(t[k]), margin, len(pairs), ignored)
+    rep = ClearanceReport(t, D.min(1), label(pairs[p]), float(t[k]), margin, len(pairs), ignored,
+                          [label(x) for x in pairs], D)
     if D[k, p] < margin - tol:
         contact = "contact (penetration" if D[k, p] < 0 else "clearance below the margin ("
         raise CollisionRefused(
