@@ -36,6 +36,7 @@ class _NLP:
     sample: np.ndarray | None = None   # (rows,) grid sample index of the row within its group
     subs: dict | None = None           # screened solvers by row selection
     kinds: np.ndarray | None = None    # (rows,) kind of each row: q qd qdd z col tau rms
+    callbacks: list | None = None      # constraint-row callbacks (must outlive the solver)
 
     def sub_solver(self, keep: np.ndarray) -> ca.Function:
         """IPOPT solver of the same problem with only the constraint rows `keep` (bool mask)."""
@@ -442,9 +443,9 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
                            n * m + nf)
         callbacks.append(cb)
         Rt = cb(x)
-        for i in range(n):
-            add(Rt[i * Nc:(i + 1) * Nc], -np.inf, 1.0, "motor-torque limit (bound / tau_max)", i,
-                "tau")
+        for i in range(n):      # as -ratio >= -1: a dense-grid excess raises the lower bound
+            add(-Rt[i * Nc:(i + 1) * Nc], -1.0, np.inf, "motor-torque limit (-bound / tau_max)",
+                i, "tau")
     vmin = _rms_bounds(model, problem)
     if vmin is not None:
         for i in range(n):
@@ -481,8 +482,8 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
             sample[sl] = np.arange(sl.stop - sl.start) * step
     nlp = _NLP(solver=solver, lbg=lbg, ubg=ubg, lbx=lbx, ubx=ubx, groups=groups,
                g_fun=ca.Function("g", [x], [G]), f_fun=ca.Function("f", [x], [f]), bp=bp,
-               build_time_s=time.perf_counter() - t0, keep=(keep, callbacks), symbols=(x, f, G),
-               opts=opts,
+               build_time_s=time.perf_counter() - t0, keep=keep, symbols=(x, f, G), opts=opts,
+               callbacks=callbacks,
                linear=linear, sample=sample, kinds=kinds)
     if len(_NLP_CACHE) > 8:
         _NLP_CACHE.clear()

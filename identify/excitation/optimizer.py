@@ -137,7 +137,7 @@ def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitat
     def near_rows(g):
         """Linear and torque rows within theta of their bound (and their neighbours +-2
         samples), clearance rows within collision_screen [m] of their margin."""
-        hot = (nlp.linear & (np.abs(g) >= theta * bound)) | (tau & (g >= theta))
+        hot = (nlp.linear & (np.abs(g) >= theta * bound)) | (tau & (-g >= theta))
         out = hot.copy()
         for d in (1, 2):
             out[d:] |= hot[:-d]
@@ -279,17 +279,22 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
                                         lim, n_check)
             c_viol, c_text, c_pair = _collision_violation(caps, tr, n_check,
                                                           problem.collision_margin)
-            if z_viol <= 1e-9 and c_viol <= 1e-9:
+            t_viol = _torque_violation(model, problem, tr, n_check)
+            if z_viol <= 1e-9 and c_viol <= 1e-9 and not np.any(t_viol > 1e-9):
                 break
             ok = False
             text = (f"workspace z >= z_min between grid samples (dense grid {n_check} samples, "
-                    f"{z_viol:.3g} m below)") if z_viol > 1e-9 else c_text
+                    f"{z_viol:.3g} m below)") if z_viol > 1e-9 else c_text or (
+                f"motor-torque limit between grid samples (dense grid: {1 + t_viol.max():.4f} "
+                f"of tau_max)")
             lbg = lbg.copy()
             for label, j, sl, kind in nlp_k.groups:
                 if kind == "z" and z_viol > 1e-9:
                     lbg[sl] += 1.5 * z_viol + 1e-4
                 if kind == "col" and c_pair[label] > 1e-9:     # that pair's rows only
                     lbg[sl] += 1.5 * c_pair[label] + 1e-4
+                if kind == "tau" and t_viol[j] > 1e-9:          # that joint's rows only
+                    lbg[sl] += 1.5 * t_viol[j] + 1e-4
             x0 = xs
         return {"ok": ok, "x": xs, "tr": tr, "text": text, "lbg": lbg, "time_s": dt, "eval_s": t_ev,
                 "iterations": iters, "status": st.get("return_status", "?"),
@@ -307,13 +312,13 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         out = r1
         if r1["ok"] and nlp2 is not None:
             lbg2 = nlp2.lbg.copy()
-            raised = {lab: float(np.max(r1["lbg"][sl] - nlp.lbg[sl])) for lab, _, sl, kind
-                      in nlp.groups if kind == "col" and sl.stop > sl.start}
-            for lab, _, sl, kind in nlp2.groups:
+            raised = {(lab, j): float(np.max(r1["lbg"][sl] - nlp.lbg[sl])) for lab, j, sl, kind
+                      in nlp.groups if kind in ("col", "tau") and sl.stop > sl.start}
+            for lab, j, sl, kind in nlp2.groups:
                 if kind == "z":
                     lbg2[sl] += z_raised(nlp, r1["lbg"])
-                elif kind == "col":         # each pair keeps the raise stage 1 found necessary
-                    lbg2[sl] += raised.get(lab, 0.0)
+                elif kind in ("col", "tau"):   # each pair / joint keeps stage 1's raise
+                    lbg2[sl] += raised.get((lab, j), 0.0)
             r2 = solve(nlp2, r1["x"], lbg2)
             c2 = score(r2["tr"]) if r2["ok"] else np.inf
             entry.update(polish_status=r2["status"], polish_iterations=r2["iterations"],
@@ -374,11 +379,12 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
 
 def _initial_guess(model, problem, rng, lim, caps=None) -> FourierTrajectory:
     """Random trajectory using 70 % of the linear limits, shrunk towards the start pose until it
-    also clears the table and keeps the collision margin (the start pose does: check_problem,
-    and pairs overlapping there are not checked), so IPOPT starts feasible."""
+    also clears the table, keeps the collision margin (the start pose does: check_problem, and
+    pairs overlapping there are not checked) and the motor-torque limit (if the start pose's
+    static torque is within it), so IPOPT starts feasible."""
     N = problem.n_grid
     tr = random_trajectory(model, problem, rng, fill=0.7, limits=lim, n_check=N)
-    if lim.get("z_min") is None and caps is None:
+    if lim.get("z_min") is None and caps is None and problem.torque_limit is None:
         return tr
     t = np.arange(N) * (tr.period / N)
     for _ in range(30):
@@ -387,6 +393,10 @@ def _initial_guess(model, problem, rng, lim, caps=None) -> FourierTrajectory:
               or model.link_origins(q)[:, 1:, 2].min() >= lim["z_min"] + 1e-3)
         if ok and caps is not None:
             ok = caps.distances(q).min() >= problem.collision_margin + 1e-3
+        if ok and problem.torque_limit is not None:
+            from .torque import torque_ratio
+            _, qd, qdd = tr.evaluate(t)
+            ok = torque_ratio(model, problem.torque_limit, q, qd, qdd).max() <= 0.95
         if ok:
             break
         tr = FourierTrajectory(tr.q0, 0.6 * tr.a, 0.6 * tr.b, tr.wf, 1, tr.joint_names)
@@ -408,6 +418,16 @@ def _collision_violation(caps, tr, n_check: int, margin):
     v = max(0.0, float(margin) - float(D[k, p]))
     return v, (f"clearance {labels[p]} between grid samples (t = {t[k]:.3f} s, "
                f"{1e3 * D[k, p]:.1f} mm, margin {1e3 * margin:.1f} mm)"), per
+
+
+def _torque_violation(model, problem, tr, n_check: int) -> np.ndarray:
+    """(n,) how far the exact motor-torque bound / tau_max of `tr` exceeds 1 on the dense grid
+    (0 where it holds, or without a torque limit)."""
+    if problem.torque_limit is None:
+        return np.zeros(model.n)
+    from .torque import torque_ratio
+    t = np.arange(n_check) * (tr.period / n_check)
+    return np.maximum(0.0, torque_ratio(model, problem.torque_limit, *tr.evaluate(t)).max(0) - 1.0)
 
 
 def _score_function(model, problem, bp, cond_check, information0):
