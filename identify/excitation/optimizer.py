@@ -253,6 +253,21 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         nlp2 = _build_nlp(model, replace(problem, objective_power=int(problem.polish_power),
                                          max_iter=max(20, int(problem.max_iter) // 3)), bp)
 
+    def _shrink_feasible(nlp_k, xs, lbg, q_start, free, H, wf, names, lim, n_check):
+        m = 2 * (H - 1) * model.n
+        for k in range(1, 40):
+            xf = xs.copy()
+            xf[:m] *= 0.9 ** k
+            if _worst_violation(nlp_k, xf, names, lbg)[0] > 1e-6:
+                continue
+            tr_f, z_v = _enforce_dense(model, _to_trajectory(xf, q_start, free, H, wf, names),
+                                       lim, n_check)
+            if (z_v <= 1e-9 and _collision_violation(caps, tr_f, n_check,
+                                                     problem.collision_margin)[0] <= 1e-9
+                    and not np.any(_torque_violation(model, problem, tr_f, n_check) > 1e-9)):
+                return _to_x(tr_f, free)
+        return None
+
     def z_raised(nlp_k, lbg, which="z"):
         """How far the table (or clearance) rows of `lbg` were raised over the problem's own."""
         d = [float(np.max(lbg[sl] - nlp_k.lbg[sl])) for _, _, sl, kind in nlp_k.groups
@@ -296,6 +311,15 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
                 if kind == "tau" and t_viol[j] > 1e-9:          # that joint's rows only
                     lbg[sl] += 1.5 * t_viol[j] + 1e-4
             x0 = xs
+        if not ok and np.all(np.isfinite(xs)) and (caps is not None or
+                                                   problem.torque_limit is not None):
+            # IPOPT can end infeasible on the nonconvex clearance / torque rows: shrink the
+            # motion towards the start pose (which is feasible) until every constraint holds
+            # on the grid and the dense grid; a feasible, if less exciting, trajectory
+            xf = _shrink_feasible(nlp_k, xs, lbg, q_start, free, H, wf, names, lim, n_check)
+            if xf is not None:
+                xs, ok, text = xf, True, None
+                tr = _to_trajectory(xs, q_start, free, H, wf, names)
         return {"ok": ok, "x": xs, "tr": tr, "text": text, "lbg": lbg, "time_s": dt, "eval_s": t_ev,
                 "iterations": iters, "status": st.get("return_status", "?"),
                 "objective": float(sol["f"])}

@@ -315,14 +315,19 @@ OBJECTIVES = ("cond", "d_optimal", "a_optimal")
 def _check_design_settings(model, problem: ExcitationProblem) -> None:
     """Objective, noise model, collision and torque settings (ValueError naming the setting)."""
     from identify.model.collision import parse_obstacles
-    from .information import noise_vector
     if problem.objective not in OBJECTIVES:
         raise ValueError(f"ExcitationProblem.objective must be one of {list(OBJECTIVES)}, got "
                          f"{problem.objective!r}")
     if problem.objective != "cond" and problem.hessian == "exact":
         raise ValueError(f"ExcitationProblem.objective {problem.objective!r} needs "
                          f"hessian='limited-memory' (its exact gradient is the fast path)")
-    noise_vector(problem.noise_std, model.n)
+    try:
+        noise = np.broadcast_to(np.asarray(problem.noise_std, float), (model.n,))
+    except ValueError:
+        noise = np.full(model.n, np.nan)
+    if not np.all(np.isfinite(noise) & (noise > 0)):
+        raise ValueError(f"ExcitationProblem.noise_std must be one number or {model.n} numbers, "
+                         f"finite and > 0 [N*m], got {problem.noise_std!r}")
     if problem.hessian == "exact" and (problem.collision_margin is not None
                                        or problem.torque_limit is not None):
         raise ValueError("ExcitationProblem hessian='exact' supports only the limit, table and "
