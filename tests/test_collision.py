@@ -157,3 +157,22 @@ def test_check_clearance_refuses_folding_trajectory(model):
     with pytest.raises(CollisionRefused, match=r"link\d / obstacle 'table' at t = "):
         check_clearance(model.source, model.joint_names, folding_trajectory(model, 0.3),
                         obstacles=table, margin=0.01)
+
+
+def test_scenario_obstacle_error_names_file_line_and_key(tmp_path):
+    from identify.scenario import load_scenario
+    from identify.scenario.spec import ScenarioError
+    from identify.model.robot_model import reference_paths
+    p = reference_paths()
+    f = tmp_path / "s.yaml"
+    f.write_text(f"""name: t
+arm: {{urdf: {p['urdf']}, drives: {p['drives']}}}
+trajectories:
+  excitation:
+    obstacles:
+      - {{type: plane, normal: [0, 0, 1], point_m: [0, 0, 0]}}
+      - {{type: box, center_m: [0.5, 0, 0.2], size_m: [0.2, -0.2, 0.4]}}
+""")
+    with pytest.raises(ScenarioError, match=r"s\.yaml:7: trajectories\.excitation\.obstacles\[1\]: "
+                                            r"size_m must be > 0"):
+        load_scenario(f)

@@ -258,7 +258,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         for k in range(1, 40):
             xf = xs.copy()
             xf[:m] *= 0.9 ** k
-            if _worst_violation(nlp_k, xf, names, lbg)[0] > 1e-6:
+            if _worst_violation(nlp_k, xf, names)[0] > 1e-6:     # the problem's own bounds
                 continue
             tr_f, z_v = _enforce_dense(model, _to_trajectory(xf, q_start, free, H, wf, names),
                                        lim, n_check)
@@ -295,6 +295,9 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
             c_viol, c_text, c_pair = _collision_violation(caps, tr, n_check,
                                                           problem.collision_margin)
             t_viol = _torque_violation(model, problem, tr, n_check)
+            if caps is not None:
+                c_start = dict(zip((f"clearance {l}" for l in caps.pair_labels()),
+                                   caps.distances(tr.evaluate(np.zeros(1))[0])[0]))
             if z_viol <= 1e-9 and c_viol <= 1e-9 and not np.any(t_viol > 1e-9):
                 break
             ok = False
@@ -306,8 +309,11 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
             for label, j, sl, kind in nlp_k.groups:
                 if kind == "z" and z_viol > 1e-9:
                     lbg[sl] += 1.5 * z_viol + 1e-4
-                if kind == "col" and c_pair[label] > 1e-9:     # that pair's rows only
-                    lbg[sl] += 1.5 * c_pair[label] + 1e-4
+                if kind == "col" and c_pair[label] > 1e-9:     # that pair's rows only,
+                    # never above what the start pose (t = 0 of every period) itself allows
+                    room = max(0.0, c_start[label] - problem.collision_margin - 1e-3)
+                    lbg[sl] = np.minimum(lbg[sl] + 1.5 * c_pair[label] + 1e-4,
+                                         nlp_k.lbg[sl] + room)
                 if kind == "tau" and t_viol[j] > 1e-9:          # that joint's rows only
                     lbg[sl] += 1.5 * t_viol[j] + 1e-4
             x0 = xs
