@@ -349,11 +349,13 @@ class ArmCapsules:
     def frames(self, q) -> np.ndarray:
         """(N, n+1, 3, 4) world [R | p] of every body for q (N, n)."""
         q = np.atleast_2d(np.asarray(q, float))
-        N = q.shape[0]
-        if N not in self._frames_map:
-            self._frames_map = {N: self._frames.map(N, "serial")}
-        T = np.asarray(self._frames_map[N](q.T))                 # (3, 4 (n+1) N)
-        return T.reshape(3, N, -1, 4).transpose(1, 2, 0, 3)
+        if "eval" not in self._frames_map:          # generated C, compiled once (cached on disk)
+            from .regressor import BatchEvaluator
+            qs = ca.SX.sym("q", len(self.joint_names))   # BatchEvaluator writes nonzeros: dense
+            self._frames_map["eval"] = BatchEvaluator(
+                ca.Function("body_frames_dense", [qs], [ca.densify(self._frames(qs))]))
+        T = self._frames_map["eval"](q)                          # (N, 3, 4 (n+1))
+        return T.reshape(q.shape[0], 3, -1, 4).transpose(0, 2, 1, 3)
 
     def endpoints(self, q) -> tuple[np.ndarray, np.ndarray]:
         """World endpoints A, B (N, C, 3) of every capsule for q (N, n)."""
