@@ -96,7 +96,11 @@ def design_context(scn: Scenario, model, terms) -> DesignContext:
         if scn.arm.payload is not None:
             from identify.model.payload import payload_in_model_frame
             payload = payload_in_model_frame(scn.arm.urdf, model, scn.arm.payload)
-        tl = torque_limit_from_drives(drives, model.limits.tau_max, payload)
+        # the hardware scales its torque limits by hardware.options.limit_scale (robot.safety)
+        scale = float(scn.hardware.options.get("limit_scale", 1.0)) if scn.backend == "hardware" \
+            else 1.0
+        tl = torque_limit_from_drives(drives, scale * np.asarray(model.limits.tau_max, float),
+                                      payload)
     return DesignContext(noise_std=noise, sample_rate_hz=rate, theta_prior=theta, torque_limit=tl)
 
 
