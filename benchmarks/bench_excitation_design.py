@@ -138,6 +138,9 @@ def main(argv=None):
               f"; starts " + ", ".join(f"{s.get('criterion', s['cond']):.4g}/{s['iterations']}it"
                                         for s in res.starts))
     problem, bp = results[args.objectives[0]][:2]
+    if args.random < 1:                     # timing only
+        print(f"load average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     t0 = time.perf_counter()
     rep_r, tr_r, meds, rejected = random_best(model, problem, bp, args.random, 12345,
                                               10 * problem.n_grid, problem.run_samples)

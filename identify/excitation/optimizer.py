@@ -58,6 +58,18 @@ linear limit be exceeded there (only by IPOPT's constraint tolerance), that join
 towards the start pose until it holds. The table constraint has no such bound: a violation between
 grid samples found on the dense grid raises the table for that start and re-solves (at most 3 times).
 
+Collision and motor-torque constraints (``collision_margin``, ``obstacles``, ``torque_limit``;
+docs/excitation.md): per grid sample, the capsule distances of every checked pair
+(identify.model.collision) stay >= the margin and the hardware's motor-torque bound
+(identify.excitation.torque) <= the drives' limits. Both are evaluated as generated C with exact
+Jacobians (objective._SampleRows) and screened like the limit rows (a clearance row enters
+IPOPT's problem when it comes within ``collision_screen`` of its margin). The dense check grid
+verifies them; a violation between grid samples tightens that pair's / joint's rows and
+re-solves, and a start IPOPT ends infeasible on them is shrunk towards its (feasible) start pose
+until everything holds. ``objective`` selects cond (above), d_optimal or a_optimal
+(identify.excitation.information; starts are then ranked by that criterion on the dense grid,
+and no polish stage runs); ``information0`` adds information already held.
+
 Infeasible requests are caught before IPOPT runs when a necessary condition fails (start pose
 outside the limits or under the table, a joint that cannot move, an RMS velocity that no trajectory
 can reach), and an IPOPT failure is translated into :class:`ExcitationInfeasible` naming the worst
@@ -188,7 +200,8 @@ def _worst_violation(nlp: _NLP, x: np.ndarray, names, lbg=None) -> tuple[float, 
 def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed: int = 0,
                         n_starts: int = 2, cache_dir=None, progress: bool = False,
                         bp=None, information0=None) -> ExcitationResult:
-    """Optimize a Fourier excitation trajectory for cond(W_base) (see module docstring).
+    """Optimize a Fourier excitation trajectory for problem.objective (cond(W_base) by default;
+    see module docstring), safe under its collision and torque constraints.
 
     Runs with one OpenBLAS thread (identify.common.blas.single_thread_blas): the per-iteration
     products are small (48 x 1200 Gram matrix, 48 x 48 eigen-decomposition), and BLAS threads on
