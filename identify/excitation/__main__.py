@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--objective", default="d_optimal", choices=["cond", "d_optimal", "a_optimal"],
+    ap.add_argument("--objective", default="cond", choices=["cond", "d_optimal", "a_optimal"],
                     help="cond(W_base), log det of the information, or the sum of squared "
                          "relative std (docs/excitation.md)")
     ap.add_argument("--noise", type=float, default=0.05,

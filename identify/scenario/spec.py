@@ -90,9 +90,9 @@ class TrajectorySpec:
     max_iter: int = _f(300, min=1, max=100000, doc="IPOPT iterations per start")
     cache: bool = _f(True, doc="reuse a cached optimization result with the same inputs")
     objective: Literal["cond", "d_optimal", "a_optimal"] = _f(
-        "d_optimal", doc="d_optimal (log det of the information; default: lower predicted and "
-                         "realized parameter std than cond, docs/excitation.md) | cond | "
-                         "a_optimal (sum of squared relative std)")
+        "cond", doc="cond | d_optimal (log det of the information: lower predicted parameter "
+                    "std, faster with collision constraints) | a_optimal (sum of squared "
+                    "relative std); see docs/excitation.md")
     collision_margin_m: Optional[float] = _f(
         0.02, min=0.0, max=1.0, doc="self-collision / obstacle clearance kept by the optimizer and "
                                     "checked by the backends [m] (null: no collision constraints)")
