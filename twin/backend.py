@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from identify.backend.recording import Recording
+from identify.backend.clearance import check_clearance
 
 from identify.common.jsonutil import to_jsonable
 from .config import TwinConfig, TwinSettings
@@ -158,6 +159,8 @@ class TwinBackend:
             for full, a in zip((q1, qd1, qdd1), sub):
                 full[:, act] = a
         self.check_trajectory(q1, qd1, qdd1, t_one)
+        # self-collision and declared obstacles (PyBullet on the URDF's shapes, 10x the optimizer grid)
+        check_clearance(self.arm["urdf"], self.joint_names, trajectory)
         # command grid over all periods: qc[m] is the target of control period m (reached at t_{m+1})
         idx = np.concatenate([np.arange(n_per)] * periods + [[n_per]])
         qc = q1[idx]

@@ -220,7 +220,9 @@ def trajectory_document(info: TrajectoryInfo) -> dict:
         return {"source": info.source, "duration_s": info.duration_s, "samples": info.samples,
                 "resampled": info.resampled}
     keys = ("source", "cond", "solver_time_s", "seed", "starts", "max_ratio", "limits_used",
-            "harmonics", "period_s", "periods", "duration_s", "samples")
+            "harmonics", "period_s", "periods", "duration_s", "samples",
+            "objective", "cond_scaled", "logdet", "median_rel_std", "rel_std", "noise_std_Nm",
+            "min_distance_m", "closest_pair", "closest_time_s", "clearance_margin_m")
     return {k: getattr(info, k) for k in keys if getattr(info, k) is not None}
 
 

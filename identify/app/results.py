@@ -35,6 +35,19 @@ class TrajectoryInfo:
     samples: int | None = None
     from_log: bool = False                # read from a log file (twinid fit), not run
     resampled: object | None = None       # logs: resampling facts of identify.logs
+    # design figures (identify.excitation.information.DesignReport) and the collision check
+    # (identify.backend.clearance.ClearanceReport) of an optimized or loaded trajectory
+    objective: str | None = None          # cond | d_optimal | a_optimal
+    cond_scaled: float | None = None      # cond(W_base D), D = diag(1/||column||)
+    logdet: float | None = None           # log det of the Fisher information of a run
+    rel_std: list | None = None           # (p,) predicted std / |prior value| per base parameter
+    median_rel_std: float | None = None
+    noise_std_Nm: list | None = None      # (n,) torque noise std the prediction assumes
+    min_distance_m: float | None = None   # smallest clearance over the period (PyBullet)
+    closest_pair: str | None = None       # the pair at that instant, and its time [s]
+    closest_time_s: float | None = None
+    clearance_margin_m: float | None = None
+    clearance: dict | None = None         # t (N,) [s], min (N,) [m], margin, pairs {label: (N,)}
 
 
 @dataclass

@@ -234,6 +234,9 @@ def write_plots(folder: Path, ident: Identification, trajs: dict | None, message
              (tr, plot_limits(ident.model, info)),
              {"title": f"{label} trajectory", "joint_names": names})
             for label, (tr, info) in (trajs or {}).items()]
+    jobs += [(f"trajectory_{label}_clearance", trajectory_plots.plot_clearance, (info.clearance,),
+              {"title": f"{label} trajectory: minimum link-pair / obstacle distance"})
+             for label, (tr, info) in (trajs or {}).items() if getattr(info, "clearance", None)]
     for stem, fn, args, kw in jobs + _plot_jobs(ident):
         try:
             fn(*args, pdir / f"{stem}.png", **kw)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,15 +31,36 @@ def cache_dir() -> Path | None:
     return usable_cache("excitation", "trajectories are optimized on every run (not cached)")
 
 
-def make_problem(spec: TrajectorySpec, model, terms) -> ExcitationProblem:
+@dataclass(frozen=True)
+class DesignContext:
+    """What the scenario says about the run a trajectory is designed for (all optional).
+
+    noise_std: per-joint torque noise std [N*m] (the twin's torque_noise_Nm; 1 if unknown);
+    sample_rate_hz: recording rate [Hz]; theta_prior: (p,) prior base parameter values;
+    torque_limit: the excitation torque_limit dict (identify.excitation.torque) or None."""
+    noise_std: object = 1.0
+    sample_rate_hz: float | None = None
+    theta_prior: tuple | None = None
+    torque_limit: dict | None = None
+
+
+def make_problem(spec: TrajectorySpec, model, terms, ctx: DesignContext | None = None
+                 ) -> ExcitationProblem:
     """The excitation problem of a trajectory spec (degrees converted to radians here, once)."""
+    ctx = ctx or DesignContext()
     start = None if spec.start_deg is None else tuple(math.radians(v) for v in spec.start_deg)
     if start is not None and len(start) != model.n:
         raise ValueError(f"start_deg has {len(start)} angles, the arm has {model.n} joints")
+    run = (int(round(ctx.sample_rate_hz * spec.period_s * spec.periods))
+           if ctx.sample_rate_hz else None)
+    noise = ctx.noise_std if np.ndim(ctx.noise_std) == 0 else tuple(ctx.noise_std)
     return ExcitationProblem(harmonics=spec.harmonics, wf=2 * math.pi / spec.period_s,
                              start_pose=start, n_grid=spec.grid, terms=tuple(terms),
                              limit_scale=spec.limit_scale, z_min=spec.z_min_m,
-                             max_iter=spec.max_iter)
+                             max_iter=spec.max_iter, objective=spec.objective,
+                             noise_std=noise, theta_prior=ctx.theta_prior, run_samples=run,
+                             collision_margin=spec.collision_margin_m,
+                             obstacles=tuple(spec.obstacles), torque_limit=ctx.torque_limit)
 
 
 def load_trajectory_file(path, label: str, n_joints: int) -> FourierTrajectory:
@@ -60,10 +82,56 @@ def load_trajectory_file(path, label: str, n_joints: int) -> FourierTrajectory:
     return tr
 
 
-def get_trajectory(spec: TrajectorySpec, model, terms, label: str
+def design_context(scn: Scenario, model, terms) -> DesignContext:
+    """Noise level, sample rate, prior base parameters and (if asked) the motor-torque limit of
+    a scenario's run, for the excitation problem and the predicted std."""
+    from identify.excitation.conditioning import base_parameters as _bp
+    from identify.excitation.torque import torque_limit_from_drives
+    twin = dict(scn.twin) if scn.backend == "twin" else {}
+    noise = twin.get("torque_noise_Nm", 0.05 if scn.backend == "twin" else 1.0)
+    if not np.all(np.asarray(noise, float) > 0):
+        noise = 1.0                          # noiseless twin: relative figures only
+    rate = float(twin.get("sample_rate_hz", 100.0)) if scn.backend == "twin" else \
+        float(scn.hardware.options.get("record_rate_hz", 100.0))
+    drives = None
+    if scn.arm.drives is not None:
+        from identify.model.drives import load_drives
+        try:
+            drives = load_drives(scn.arm.drives, list(model.joint_names))
+        except (ValueError, OSError):
+            drives = None
+    # prior base parameter values: the URDF's inertials, the drive file's link-side friction
+    bp = _bp(model, ExcitationProblem(terms=tuple(terms)))
+    extra = []
+    for term in terms:
+        key = {"viscous": "link_viscous", "coulomb": "link_coulomb"}.get(term)
+        extra.append(drives.array(key) if (drives is not None and key) else np.zeros(model.n))
+    p_full = np.concatenate([model.inertial_parameters()] + extra)
+    theta = tuple(float(v) for v in bp.project(p_full))
+    tl = None
+    want = scn.trajectories.excitation.torque_limit
+    if want == "on" or (want == "auto" and scn.backend == "hardware"):
+        if drives is None:
+            raise ValueError("trajectories.excitation.torque_limit needs arm.drives (friction, "
+                             "reducer loss and rotor inertia of the drives)")
+        payload = None
+        if scn.arm.payload is not None:
+            from identify.model.payload import payload_in_model_frame
+            payload = payload_in_model_frame(scn.arm.urdf, model, scn.arm.payload)
+        # the hardware scales its torque limits by hardware.options.limit_scale (robot.safety)
+        scale = float(scn.hardware.options.get("limit_scale", 1.0)) if scn.backend == "hardware" \
+            else 1.0
+        tl = torque_limit_from_drives(drives, scale * np.asarray(model.limits.tau_max, float),
+                                      payload)
+    return DesignContext(noise_std=noise, sample_rate_hz=rate, theta_prior=theta, torque_limit=tl)
+
+
+def get_trajectory(spec: TrajectorySpec, model, terms, label: str,
+                   ctx: DesignContext | None = None, information0=None
                    ) -> tuple[FourierTrajectory, TrajectoryInfo]:
-    """The trajectory of `spec` (one period) and the facts about it (cond(W_base), source, ...)."""
-    problem = make_problem(spec, model, terms)
+    """The trajectory of `spec` (one period) and the facts about it (cond(W_base), source,
+    design figures, collision check). information0: Fisher information already held."""
+    problem = make_problem(spec, model, terms, ctx)
     if spec.source == "file":
         tr = load_trajectory_file(spec.file, label, model.n)
         bp = base_parameters(model, problem)
@@ -72,7 +140,7 @@ def get_trajectory(spec: TrajectorySpec, model, terms, label: str
     else:
         res = optimize_excitation(model, problem, seed=spec.seed, n_starts=spec.starts,
                                   cache_dir=cache_dir() if spec.cache else None,
-                                  progress=progress.enabled())
+                                  progress=progress.enabled(), information0=information0)
         tr = res.trajectory
         info = TrajectoryInfo(
             label=label, source="optimized" + (" (cached)" if res.from_cache else ""),
@@ -83,7 +151,40 @@ def get_trajectory(spec: TrajectorySpec, model, terms, label: str
     info.period_s = float(tr.period)
     info.periods = int(spec.periods)
     info.duration_s = float(tr.period * spec.periods)
+    _design_facts(info, tr, model, problem, spec, information0)
     return tr, info
+
+
+def _design_facts(info: TrajectoryInfo, tr, model, problem: ExcitationProblem, spec,
+                  information0=None) -> None:
+    """Design figures (identify.excitation.information) and the independent collision check
+    (PyBullet on the URDF's shapes, 10x the optimizer grid; raises CollisionRefused naming pair
+    and time) of `tr`, into `info`."""
+    from identify.backend.clearance import check_clearance
+    from identify.excitation.information import design_report
+    bp = base_parameters(model, problem)
+    run = problem.run_samples or 10 * problem.n_grid
+    rep = design_report(model, tr, bp, problem.terms, problem.noise_std, run,
+                        theta_prior=problem.theta_prior, n_check=10 * problem.n_grid,
+                        information0=information0)
+    info.objective = problem.objective
+    info.cond_scaled = rep.cond_scaled
+    info.logdet = rep.logdet if np.isfinite(rep.logdet) else None
+    info.rel_std = [float(v) if np.isfinite(v) else None for v in rep.rel_std]
+    info.median_rel_std = rep.median_rel_std if np.isfinite(rep.median_rel_std) else None
+    info.noise_std_Nm = rep.noise_std.tolist()
+    if model.source:
+        margin = problem.collision_margin
+        cr = check_clearance(model.source, model.joint_names, tr,
+                             obstacles=[dict(o) for o in problem.obstacles],
+                             margin=0.0 if margin is None else margin,
+                             n_samples=10 * problem.n_grid, what=f"{info.label} trajectory")
+        info.clearance_margin_m = cr.margin
+        if cr.n_pairs:
+            info.min_distance_m = float(cr.min_distance.min())
+            info.closest_pair, info.closest_time_s = cr.worst_pair, cr.worst_time
+            info.clearance = {"t": cr.t, "min": cr.min_distance, "margin": cr.margin,
+                              "pairs": dict(zip(cr.labels, cr.distances.T))}
 
 
 def trajectories(scn: Scenario, model, timings: dict | None = None) -> dict:
@@ -93,8 +194,9 @@ def trajectories(scn: Scenario, model, timings: dict | None = None) -> dict:
         spec = getattr(scn.trajectories, label)
         if spec.source == "file":
             load_trajectory_file(spec.file, label, model.n)
+    ctx = design_context(scn, model, terms)
     out = {}
     for label in LABELS:
         with progress.step(f"{label} trajectory", timings):
-            out[label] = get_trajectory(getattr(scn.trajectories, label), model, terms, label)
+            out[label] = get_trajectory(getattr(scn.trajectories, label), model, terms, label, ctx)
     return out

@@ -201,6 +201,22 @@ def _check_min_period(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
                             f"{' and '.join(why)} is {need:g} s")
 
 
+def _check_obstacles(scn: Scenario, ctx: _Ctx) -> None:
+    """trajectories.*.obstacles parse (identify.model.collision); error at the entry's line."""
+    from identify.model.collision import parse_obstacles
+    for which in ("excitation", "validation"):
+        obs = getattr(scn.trajectories, which).obstacles
+        try:
+            parse_obstacles(obs)
+        except ValueError as exc:
+            msg = str(exc)
+            i = int(msg.split("[", 1)[1].split("]", 1)[0]) if msg.startswith("obstacles[") else None
+            key = ("trajectories", which, "obstacles") + ((i,) if i is not None else ())
+            if i is not None:
+                msg = msg[len(f"obstacles[{i}]"):].lstrip(":. ")
+            raise ctx.error(key, msg) from None
+
+
 def _check_control(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
     """closed_loop: / payload: sections (identify.control) against the arm's files."""
     cl = scn.closed_loop
@@ -238,6 +254,7 @@ def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
     _check_payload(scn, ctx)
     _check_arm_joints(scn, ctx)
     _check_files_match_urdf(scn, ctx)
+    _check_obstacles(scn, ctx)
     n = _drive_joint_count(scn, ctx)
     if scn.arm.joints is not None:
         n = len(scn.arm.joints)
