@@ -543,3 +543,15 @@ def test_trajectory_folder_is_reportable(tmp_path, capsys):
     (out / "report.html").unlink()
     assert main(["report", str(out)]) == 0
     assert (out / "report.html").is_file()
+
+
+def test_stop_signal_exit_code_is_128_plus_signal():
+    """A hardware run ended by SIGTERM / SIGHUP (robot.runfiles.StopSignal, after the stop
+    sequence) exits 143 / 129 like a process killed by that signal, not 3 (runtime failure)."""
+    import signal as _signal
+    from identify.app.cli import classify
+    from robot.runfiles import StopSignal
+    assert classify(StopSignal(_signal.SIGTERM)) == 143
+    assert classify(StopSignal(_signal.SIGHUP)) == 129
+    assert classify(KeyboardInterrupt()) == 130
+    assert classify(RuntimeError("x")) == 3

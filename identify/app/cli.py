@@ -25,6 +25,7 @@ Exit codes (scripts can rely on them):
     4    safety refusal: the backend refused to move the arm (limits, not armed, ...) or a
          safety stop of the hardware backend (robot.safety.SafetyError and subclasses)
     130  interrupted (Ctrl-C); finished sweep runs stay on disk and are skipped on the next run
+    143  SIGTERM (129 SIGHUP) during a hardware run, after the defined stop sequence
 """
 from __future__ import annotations
 
@@ -154,6 +155,8 @@ def classify(exc: BaseException) -> int | None:
         return None
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
+    if isinstance(getattr(exc, "signum", None), int):    # a backend stopped on SIGTERM / SIGHUP
+        return 128 + exc.signum
     if isinstance(exc, (ScenarioError, InputError, FileNotFoundError)):
         return EXIT_INPUT
     names = {c.__name__ for c in type(exc).__mro__}
