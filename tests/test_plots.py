@@ -179,3 +179,30 @@ def test_saved_png_is_small_palette_png(tmp_path):
     assert data[25] == 3                    # colour type 3: palette
     assert 10_000 < len(data) < 150_000
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_clearance_plot_draws_minimum_pairs_and_margin_in_mm(tmp_path, monkeypatch):
+    """The report's clearance plot: the minimum distance, the closest pairs that move and the
+    margin, in mm over the period's time axis (a static pair is left out)."""
+    import numpy as np
+    from identify.common import figures
+    from identify.excitation.plots import plot_clearance
+    t = np.linspace(0.0, 10.0, 2001)
+    moving = 0.05 + 0.02 * np.sin(t)
+    clearance = {"t": t, "min": moving, "margin": 0.02,
+                 "pairs": {"link2 / link5": moving, "link1 / link3": np.full_like(t, 0.3)}}
+    seen = {}
+    real_save = figures.save
+
+    def spy(fig, path, *a, **k):
+        ax = fig.axes[0]
+        seen["labels"] = [ln.get_label() for ln in ax.get_lines()]
+        seen["ymax"] = max(np.max(ln.get_ydata()) for ln in ax.get_lines())
+        seen["xmax"] = max(np.max(ln.get_xdata()) for ln in ax.get_lines()[:2])
+        return real_save(fig, path, *a, **k)
+    monkeypatch.setattr(figures, "save", spy)
+    out = plot_clearance(clearance, tmp_path / "c.png")
+    assert out.exists() and out.stat().st_size > 1000
+    assert "link2 / link5" in seen["labels"] and "link1 / link3" not in seen["labels"]
+    assert "margin" in seen["labels"]
+    assert abs(seen["ymax"] - 70.0) < 0.5 and abs(seen["xmax"] - 10.0) < 1e-9

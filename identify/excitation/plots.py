@@ -92,3 +92,32 @@ def plot_trajectory(traj, limits: dict | None, path: str | os.PathLike, *, title
         out = figures.save(fig, figures.page_path(path, k))
         first = first or out
     return first
+
+
+def plot_clearance(clearance: dict, path: str | os.PathLike, *, title: str = "",
+                   n_pairs: int = 4) -> Path:
+    """Write a PNG of the minimum link-pair / link-obstacle distance over one period [mm]
+    (identify.backend.clearance on the URDF's shapes), the closest `n_pairs` pairs whose
+    distance changes, and the margin.
+
+    Args:
+        clearance: dict t (N,) [s], min (N,) [m], margin [m], pairs {label: (N,) [m]}.
+        path: output PNG file.
+    """
+    plt = figures.pyplot()
+    t = np.asarray(clearance["t"], float)
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    ax.plot(*figures.decimate(t, 1e3 * np.asarray(clearance["min"], float)), "k", lw=2,
+            label="minimum over all pairs")
+    pairs = {k: np.asarray(v, float) for k, v in clearance.get("pairs", {}).items()
+             if np.ptp(v) > 1e-6}
+    for k in sorted(pairs, key=lambda k: pairs[k].min())[:n_pairs]:
+        ax.plot(*figures.decimate(t, 1e3 * pairs[k]), lw=1, label=k)
+    ax.axhline(1e3 * float(clearance["margin"]), color="r", ls="--", label="margin")
+    ax.set_xlabel("t [s]")
+    ax.set_ylabel("distance [mm]")
+    ax.set_title(title or "clearance: closest link pairs / obstacles (PyBullet, URDF shapes)")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return figures.save(fig, path)
