@@ -66,8 +66,10 @@ def _write_irregular_csv(rec: Recording, path: Path, rng) -> np.ndarray:
     assert not np.allclose(np.diff(ti), dt)     # really irregular
 
 
-def _fit(tmp_path, name, fit_section, capsys) -> dict:
+def _fit(tmp_path, name, fit_section, capsys, velocity=None) -> dict:
     scn = dict(TINY, name=name, fit=fit_section)
+    if velocity is not None:
+        scn["processing"] = {"velocity": velocity}
     f = tmp_path / f"{name}.yaml"
     f.write_text(yaml.safe_dump(scn))
     out = tmp_path / f"out_{name}"
@@ -94,7 +96,8 @@ def test_fit_csv_with_currents_irregular_equals_recording(twin_recordings, tmp_p
                    "current_gains": gains[k].tolist(), "rate_hz": 100.0}
                for k in ("excitation", "validation")}
     rec_fit = {k: {"file": str(paths[k])} for k in ("excitation", "validation")}
-    p_rec, out_rec = _fit(tmp_path, "direct", rec_fit, capsys)
+    # the recording has the drive's qd, the CSV none: compare like with like (q differentiated)
+    p_rec, out_rec = _fit(tmp_path, "direct", rec_fit, capsys, velocity="differentiate")
     p_csv, out_csv = _fit(tmp_path, "csv", csv_fit, capsys)
     for model_key, block in (("improved", "stage1"), ("simplified", "rigid_body")):
         a = p_rec["models"][model_key][block]

@@ -88,33 +88,69 @@ def run_scenario(scn: Scenario, out=None) -> RunResult:
 
 
 def _log_specs(scn: Scenario, log=None, validation_log=None) -> dict:
-    """label -> LogSpec of the fit section, with the command line's --log / --validation-log."""
+    """label -> LogSpec of the fit section, with the command line's --log / --validation-log.
+
+    A validation log without its own ``fit.validation`` section takes the excitation log's
+    format, preset, columns, units and gains -- never its window (a window is a property of one
+    file); ``fit.validation`` (possibly without ``file``) gives it its own."""
     specs = {"excitation": scn.fit.excitation, "validation": scn.fit.validation}
     for label, override in (("excitation", log), ("validation", validation_log)):
         if override is not None:
             p = Path(override)
             if not p.is_file():
                 raise FileNotFoundError(f"{override}: log file not found")
-            specs[label] = dataclasses.replace(specs[label] or LogSpec(file=p), file=p.resolve())
-    if specs["excitation"] is None:
+            base = specs[label]
+            if base is None and label == "validation" and specs["excitation"] is not None:
+                base = dataclasses.replace(specs["excitation"], window_s=None, window_t=None,
+                                           window_rows=None)
+            specs[label] = dataclasses.replace(base or LogSpec(file=p), file=p.resolve())
+    if specs["excitation"] is None or specs["excitation"].file is None:
         raise ScenarioError(str(scn.source or "<scenario>"), None, "fit.excitation",
                             "twinid fit needs a log: set fit.excitation.file or pass --log FILE")
+    if specs["validation"] is not None and specs["validation"].file is None:
+        raise ScenarioError(str(scn.source or "<scenario>"), None, "fit.validation.file",
+                            "fit.validation has no file: set it or pass --validation-log FILE")
     return {k: v for k, v in specs.items() if v is not None}
 
 
+def _log_processing(scn: Scenario, recs: dict) -> Scenario:
+    """processing.velocity for logs: the log's own qd when every log maps one ("log"), else
+    differences of q ("differentiate"), unless the scenario says."""
+    proc = dict(scn.processing or {})
+    if "velocity" not in proc:
+        proc["velocity"] = "log" if all(r.qd is not None for r in recs.values()) \
+            else "differentiate"
+    return dataclasses.replace(scn, processing=proc)
+
+
 def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None) -> RunResult:
-    """``twinid fit``: identify from recordings/logs named in the scenario's fit section."""
+    """``twinid fit``: identify from recordings/logs named in the scenario's fit section, with
+    the defaults for real arms' logs (identify.scenario.signals)."""
+    from identify.scenario.signals import resolve_joint_model
     timings: dict = {}
     t0 = time.perf_counter()
     specs = _log_specs(scn, log, validation_log)
     model = build_model(scn)
     gains = None if scn.arm.drives is None else gains_from_drives(scn.arm.drives, model.joint_names)
+    warnings: list = []
     with progress.step("reading logs", timings):
-        recs = {label: load_log(spec, model.joint_names, gains=gains)
+        recs = {label: load_log(spec, model.joint_names, gains=gains, model=model,
+                                warnings=warnings)
                 for label, spec in specs.items()}
-    ident = identify_recordings(scn, model, recs, timings=timings, want_truth=False)
+    try:        # an explicit joint model the logs cannot support: refused before fitting
+        resolve_joint_model(scn.identification.joint_model, recs["excitation"].tau_j is not None,
+                            recs["excitation"].tau_m is not None)
+    except ValueError as exc:
+        raise ScenarioError(str(scn.source or "<scenario>"), None, "identification.joint_model",
+                            f"{exc} (log {specs['excitation'].file})") from None
+    for msg in warnings:
+        progress.message(f"warning: {msg}")
+    scn = _log_processing(scn, recs)
+    ident = identify_recordings(scn, model, recs, timings=timings, want_truth=False,
+                                from_logs=True)
+    ident.warnings[:0] = warnings
     folder = run_folder(scn, out)
-    run = _run_info(scn, "fit", timings)
+    run = _run_info(scn, "fit", timings, backend="logs")
     run.trajectories = {label: TrajectoryInfo(
         label=label, source=str(specs[label].file), duration_s=rec.duration,
         samples=rec.n_samples, from_log=True, resampled=rec.meta.get("log", {}).get("resampled"))
@@ -149,6 +185,9 @@ def summary(metrics: dict, folder: Path) -> str:
     lines = [f"run folder: {folder}"]
     for label, r in metrics.get("rms", {}).items():
         parts = [f"{k} {v['overall']:.4f}" for k, v in r.items() if k in ("simplified", "improved")]
+        ex = metrics.get("export", {}).get("rms", {}).get(label)
+        if ex is not None:
+            parts.append(f"exported model {ex['overall']:.4f}")
         imp = metrics.get("improvement_percent", {}).get(label)
         lines.append(f"  {label}: RMS [N*m] " + ", ".join(parts)
                      + ("" if imp is None else f"  ({imp:+.2f} %)"))

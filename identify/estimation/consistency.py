@@ -36,6 +36,15 @@ D(p) = sum_k ((p_k - prior_k) / c_k)^2 with c_k = max(|prior_k|, floor of its ki
 * no prior: chi^2 + 1e-9 * D(p) with prior 0, i.e. the best consistent fit, the vanishing
   regularization only making the solution unique.
 
+Estimator (``estimator``, the scenario's ``identification.estimator``): "wls" weights joint j by
+1/sigma_j as above; "ols" uses one weight for all joints (the pooled residual std, so the chi^2
+scale is unchanged); "ridge" uses the WLS weights and adds lambda ||D E (p - prior)||^2 to the
+data term (D: column norms of the weighted base regressor, lambda at the L-curve corner of that
+system as in :class:`~identify.estimation.estimators.Ridge`) and then returns the minimizer of
+that penalized objective (one SDP; the prior's vanishing 1e-9 weight only fixes the directions
+the data cannot see). On a well-conditioned problem lambda is tiny and ridge equals wls; on a
+poorly excited one it pulls the identified combinations towards the prior.
+
 After solving, each J_i is projected onto the PSD cone (negative eigenvalues of order the solver
 tolerance clipped to 0) and constrained joint terms clipped at 0, so the returned parameters
 satisfy the constraints exactly.
@@ -46,7 +55,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from .estimators import (_dof_per_joint, _joint_sandwich, _one_blas_thread, _qr_solve,
-                         integrated_autocorr_time, qr_r, stack_system)
+                         integrated_autocorr_time, lcurve_corner, qr_r, stack_system)
 from identify.model.friction import check_terms, column_names
 from identify.model.spatial import pseudo_inertia
 
@@ -115,7 +124,10 @@ class ConsistentFit:
 
     def __init__(self, model, base, terms=("viscous", "coulomb"), prior=None,
                  prior_weight: float | None = None, sigma=None, solver: str = "CLARABEL",
-                 chi2_slack: float = 1.0):
+                 chi2_slack: float = 1.0, estimator: str = "wls"):
+        if estimator not in ("ols", "wls", "ridge"):
+            raise ValueError(f"ConsistentFit estimator must be ols, wls or ridge, got {estimator!r}")
+        self.estimator = estimator
         self.model = model
         self.base = base
         self.terms = check_terms(terms)
@@ -187,6 +199,8 @@ class ConsistentFit:
         y_rms = np.sqrt(np.mean(b.reshape(N, n) ** 2, axis=0))
         floor = np.where(y_rms > 0, 1e-5 * y_rms, 1.0)
         sig = np.maximum(sig, floor)
+        if self.estimator == "ols":            # one weight for all joints: ordinary LS
+            sig = np.full(n, float(np.sqrt(np.mean(sig ** 2))))
         w = 1.0 / sig
         Aw = (A.reshape(N, n, nb) * w[None, :, None]).reshape(M, nb)
         bw = (b.reshape(N, n) * w[None, :]).reshape(M)
@@ -202,8 +216,18 @@ class ConsistentFit:
         self.wls_chi2_ = r2
         self.weights_ = w
 
+        self.ridge_lambda_ = None
+        ridge = None
+        if self.estimator == "ridge":
+            D = np.sqrt(np.sum((R / 1.0) ** 2, axis=0))       # column norms of Aw (= of R)
+            D = np.where(D > 0, D, 1.0)
+            U, s_, Vt = np.linalg.svd(R / D)
+            keep = s_ > max(M, nb) * np.finfo(float).eps * s_[0]
+            lam = lcurve_corner(s_[keep], (U.T @ z)[keep], r2)[0]
+            self.ridge_lambda_ = float(lam)
+            ridge = (lam, D)
         theta, status = self._solve(R @ np.asarray(self.base.E, dtype=float), z, M,
-                                    float(np.mean(tau)))
+                                    float(np.mean(tau)), ridge=ridge)
         theta = self._project(theta)
         self.params_ = theta
         self.base_params_ = np.asarray(self.base.E) @ theta
@@ -250,19 +274,26 @@ class ConsistentFit:
                                f"{prob.status!r}")
         return np.asarray(theta.value, dtype=float), prob.status
 
-    def _solve(self, RE: np.ndarray, z: np.ndarray, n_rows: int, tau_mean: float = 1.0):
-        """Minimize over consistent p: ||RE p - z||^2 (= chi^2 - const) [+ prior terms]."""
+    def _solve(self, RE: np.ndarray, z: np.ndarray, n_rows: int, tau_mean: float = 1.0,
+               ridge=None):
+        """Minimize over consistent p: ||RE p - z||^2 (= chi^2 - const) [+ prior terms]
+        [+ lambda ||D E (p - prior)||^2 with ridge = (lambda, D)]."""
         import cvxpy as cp
 
         # scale the whole objective by s^2 = 1/M (argmin unchanged): the weighted residual mean
         # square is O(1); the prior term is scaled alike, so weights keep their chi^2 meaning
         s = 1.0 / np.sqrt(n_rows)
-        closest = self.prior is not None and self.prior_weight is None
+        closest = self.prior is not None and self.prior_weight is None and ridge is None
         prior = self.prior if self.prior is not None else np.zeros(self.p_full)
         c = self._prior_scale(prior)
-        w = 1e-9 if (self.prior is None or closest) else self.prior_weight
+        w = 1e-9 if (self.prior is None or closest or ridge is not None) else self.prior_weight
         theta = self._theta()
         obj = cp.sum_squares((s * RE) @ theta - s * z)
+        if ridge is not None:
+            lam, D = ridge
+            DE = D[:, None] * np.asarray(self.base.E, dtype=float)
+            obj = obj + cp.sum_squares((s * np.sqrt(lam) * DE) @ theta
+                                       - s * np.sqrt(lam) * (DE @ prior))
         if w > 0:
             obj = obj + (w * s ** 2) * cp.sum_squares(cp.multiply(1.0 / c, theta - prior))
         th1, status = self._run(cp.Problem(cp.Minimize(obj)), theta)
