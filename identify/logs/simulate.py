@@ -82,7 +82,11 @@ def simulate(model, *, duration_s=30.0, rate_hz=500.0, signals="both", seed=0,
     for a in range(0, N, chunk):                  # bounded memory for long logs
         b = min(N, a + chunk)
         rigid[a:b] = model.inverse_dynamics(q[a:b], qd[a:b], qdd[a:b])
-    scale = np.maximum(np.sqrt(np.mean(rigid ** 2, axis=0)), 1.0)
+    # friction sizes from the arm, not the motion (the same arm in every log): gravity torque
+    # RMS over 50 poses of a fixed seed
+    qs, _, _ = _motion(model, np.linspace(0.0, 20.0, 50), np.random.default_rng(12345))
+    z = np.zeros_like(qs)
+    scale = np.maximum(np.sqrt(np.mean(model.inverse_dynamics(qs, z, z) ** 2, axis=0)), 1.0)
     link = {"viscous": 0.02 * scale, "coulomb": 0.03 * scale, "offset": 0.01 * scale,
             "armature": np.zeros(n)}
     motor = {"viscous": 0.1 * scale, "coulomb": 0.08 * scale, "offset": 0.03 * scale,
