@@ -11,10 +11,11 @@ import numpy as np
 
 from identify.common import progress
 from identify.estimation.consistency import ConsistentFit
-from identify.estimation.design import design_from
+from identify.estimation.design import BlockDesign, design_cond, design_from
 from identify.estimation.improved import ImprovedModel
 from identify.estimation.processing import ProcessingSettings, process
 from identify.estimation.simplified import SimplifiedModel
+from identify.estimation.streaming import row_blocks
 from identify.model.base_params import compute_base_parameters
 from identify.model.friction import full_regressor
 from identify.model.urdf_export import full_from_base
@@ -80,7 +81,9 @@ def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None
     d_exc = processed["excitation"]
     # the models' own design (parallel-filtered Coulomb column), computed once per trajectory
     eps = coulomb_eps(scn)
-    W = {label: design_from(model, base, d, terms=terms, coulomb_eps=eps)[0]
+    # long logs: the simplified model alone works on designs built in row blocks
+    blocks = ident.joint_model == "simplified"
+    W = {label: design_from(model, base, d, terms=terms, coulomb_eps=eps, blocks=blocks)[0]
          for label, d in processed.items()}
     sm = im = None
     with progress.step("identification", timings):
@@ -145,6 +148,8 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
     route = scn.identification.prediction
     with_tau_m = {k: d for k, d in processed.items() if d.tau_m is not None}
     routes = ("closed_form", "eq24") if sm is not None else ("closed_form",)
+    if any(isinstance(w, BlockDesign) for w in W.values()):
+        decompose = False            # the decomposition needs the full regressors in memory
     with progress.step("validation", timings):
         vres = validate(sm, im, with_tau_m, routes=routes, decompose_torque=decompose,
                         truth_base=truth.base if im is not None else None)
@@ -168,7 +173,7 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
             variants[v] = {label: RmsFigure.of(
                 im.predict(processed[label], route="closed_form", W=W[label], variant=v)
                 - processed[label].tau_m).overall for label in vres.rms}
-    cond = {label: float(np.linalg.cond(w.reshape(-1, w.shape[-1]))) for label, w in W.items()}
+    cond = {label: design_cond(w) for label, w in W.items()}
     return ModelValidation(result=vres, headline_route=head, predictions=preds, rms=rms,
                            improvement=improvement, variants_rms=variants, cond_measured=cond)
 
@@ -219,13 +224,16 @@ def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: P
     consistent, full, how = None, None, ""
     if scn.identification.physical_consistency:
         with progress.step("physically consistent fit", timings):
-            Wf = full_regressor(model, d_exc.q, d_exc.qd, d_exc.qdd, terms, coulomb_eps=eps)
             p0 = None if prior.inertial is None else \
                 np.concatenate([prior.inertial, np.zeros(len(terms) * model.n)])
+            y = getattr(d_exc, y_label)
+
+            def blocks():           # the full regressor in row blocks (long logs fit in memory)
+                for sl in row_blocks(y.shape[0]):
+                    yield full_regressor(model, d_exc.q[sl], d_exc.qd[sl], d_exc.qdd[sl], terms,
+                                         coulomb_eps=eps), y[sl]
             consistent = ConsistentFit(model, base, terms=terms, prior=p0,
-                                       estimator=scn.identification.estimator).fit(
-                Wf, getattr(d_exc, y_label))
-            del Wf
+                                       estimator=scn.identification.estimator).fit_blocks(blocks)
         full = np.asarray(consistent.params_, float)
         how = f"physically consistent fit ({scn.identification.estimator}), prior {prior.kind}"
     else:
@@ -273,8 +281,9 @@ def export_prediction(scn: Scenario, model, ex: Export, fr: dict, processed: dic
         y = getattr(d, y_label)
         if y is None:
             continue
-        pred = model.inverse_dynamics(d.q, d.qd, d.qdd, ex.inertial) \
-            + ex.joint_terms.torque(d.qd, d.qdd)
+        pred = ex.joint_terms.torque(d.qd, d.qdd)
+        for sl in row_blocks(y.shape[0]):           # RNEA in row blocks (long logs)
+            pred[sl] += model.inverse_dynamics(d.q[sl], d.qd[sl], d.qdd[sl], ex.inertial)
         ex.predictions[label] = pred
         ex.rms[label] = RmsFigure.of(pred - y)
 
