@@ -114,12 +114,20 @@ def _log_specs(scn: Scenario, log=None, validation_log=None) -> dict:
 
 
 def _log_processing(scn: Scenario, recs: dict) -> Scenario:
-    """processing.velocity for logs: the log's own qd when every log maps one ("log"), else
-    differences of q ("differentiate"), unless the scenario says."""
+    """Processing defaults for logs, unless the scenario says: ``velocity`` -- the log's own qd
+    when every log maps one ("log"), else differences of q ("differentiate"); ``decimate`` --
+    keep every k-th sample after the low-pass, k = floor(rate / (10 x butter_cutoff_hz)) (a
+    1 kHz log filtered at 10 Hz is fitted at 100 Hz: the filtered signals carry nothing above
+    the cut-off, and ten times fewer rows make an hour-long log fit in memory)."""
+    from identify.estimation.processing import ProcessingSettings
     proc = dict(scn.processing or {})
     if "velocity" not in proc:
         proc["velocity"] = "log" if all(r.qd is not None for r in recs.values()) \
             else "differentiate"
+    fc = proc.get("butter_cutoff_hz", ProcessingSettings.butter_cutoff_hz)
+    if "decimate" not in proc and fc and "resample_hz" not in proc:
+        rate = min(float(r.rate_hz) for r in recs.values())
+        proc["decimate"] = max(1, int(rate // (10.0 * float(fc))))
     return dataclasses.replace(scn, processing=proc)
 
 
