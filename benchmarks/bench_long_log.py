@@ -29,10 +29,17 @@ sys.path.insert(0, str(ROOT))
 
 _CHILD = textwrap.dedent("""
     import json, resource, sys, time
+    from pathlib import Path
     sys.path.insert(0, {root!r})
     t0 = time.perf_counter()
     what = {what!r}
-    if what == "fit":
+    if what == "make":
+        sys.path.insert(0, {bench!r})
+        from bench_long_log import _make_log, _make_csv
+        kind, a, b = {arg!r}
+        p = _make_log(Path({out!r}), a, b, kind) if kind != "csv" else _make_csv(Path({out!r}), a)
+        out = {{"path": str(p)}}
+    elif what == "fit":
         from identify.app.pipeline import fit_scenario
         from identify.scenario.load import load_scenario
         res = fit_scenario(load_scenario({arg!r}), out={out!r})
@@ -52,8 +59,11 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _child(what: str, arg: str, out: str | None = None) -> dict:
-    code = _CHILD.format(root=str(ROOT), what=what, arg=arg, out=out)
+def _child(what: str, arg, out: str | None = None) -> dict:
+    """Run `what` in a fresh process (the parent stays small: Linux carries ru_maxrss over
+    fork + exec, so a parent that had generated the logs would inflate the children's peaks)."""
+    code = _CHILD.format(root=str(ROOT), bench=str(Path(__file__).resolve().parent),
+                         what=what, arg=arg, out=out)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
@@ -63,7 +73,8 @@ def _child(what: str, arg: str, out: str | None = None) -> dict:
 
 
 def _make_log(work: Path, hours: float, rate: float, tag: str) -> Path:
-    """Simulated currents-only log (NPZ, 2-D arrays) of `hours` at `rate`, with its scenario."""
+    """Simulated currents-only log (NPZ, 2-D arrays) of `hours` at `rate`, with its scenario
+    (runs in a child process, see _child)."""
     import numpy as np
     import yaml
     from identify.logs.simulate import simulate
@@ -88,7 +99,7 @@ def _make_log(work: Path, hours: float, rate: float, tag: str) -> Path:
     return scn
 
 
-def _make_csv(work: Path, rows: int) -> Path:
+def _make_csv(work: Path, rows: int, _unused=0) -> Path:
     import numpy as np
     p = work / f"rows_{rows}.csv"
     if p.is_file():
@@ -117,8 +128,8 @@ def main() -> int:
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    big = _make_log(work, a.hours, a.rate, f"{a.hours:g}h")
-    small = _make_log(work, a.hours / 10, a.rate, f"{a.hours / 10:g}h")
+    big = Path(_child("make", (f"{a.hours:g}h", a.hours, a.rate), str(work))["path"])
+    small = Path(_child("make", (f"{a.hours / 10:g}h", a.hours / 10, a.rate), str(work))["path"])
     base = _child("fit", str(small), str(small.parent / "run"))
     res = _child("fit", str(big), str(big.parent / "run"))
     for r in (base, res):                 # the timed work produced a sane model
@@ -135,7 +146,7 @@ def main() -> int:
     print(f"target <= 60 s: {'met' if res['wall_s'] <= 60 else 'NOT met'}; "
           f"<= 2 GB: {'met' if res['maxrss_mb'] <= 2048 else 'NOT met'}")
     if not a.skip_csv:
-        csv = _make_csv(work, a.csv_rows)
+        csv = Path(_child("make", ("csv", a.csv_rows, 0), str(work))["path"])
         r = _child("csv", str(csv))
         assert r["samples"] == a.csv_rows, r
         print(f"reading a {a.csv_rows / 1e6:g} M-row, 19-column CSV ({csv.stat().st_size / 1e6:.0f} MB): "

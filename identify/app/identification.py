@@ -148,10 +148,12 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
     route = scn.identification.prediction
     with_tau_m = {k: d for k, d in processed.items() if d.tau_m is not None}
     routes = ("closed_form", "eq24") if sm is not None else ("closed_form",)
-    if any(isinstance(w, BlockDesign) for w in W.values()):
+    blocks = any(isinstance(w, BlockDesign) for w in W.values())
+    if blocks:
         decompose = False            # the decomposition needs the full regressors in memory
     with progress.step("validation", timings):
         vres = validate(sm, im, with_tau_m, routes=routes, decompose_torque=decompose,
+                        designs={k: W[k] for k in with_tau_m} if blocks and im is None else None,
                         truth_base=truth.base if im is not None else None)
     head = f"improved_{route}" if route in routes else "improved_closed_form"
     preds, rms, improvement = {}, {}, {}

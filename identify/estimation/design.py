@@ -181,11 +181,14 @@ class BlockDesign:
         return out
 
     def cond(self) -> float:
-        """cond of the stacked design (from per-block R factors)."""
+        """cond of the stacked design (from per-block R factors; cached)."""
+        if getattr(self, "_cond", None) is not None:
+            return self._cond
         R = np.zeros((0, self.shape[2]))
         for _sl, W in self.blocks():
             R = np.linalg.qr(np.vstack([R, W.reshape(-1, self.shape[2])]), mode="r")
-        return float(np.linalg.cond(R))
+        self._cond = float(np.linalg.cond(R))
+        return self._cond
 
 
 def is_large(model, base, d, terms) -> bool:

@@ -193,7 +193,8 @@ class FilterChain:
         x = np.asarray(x)
         if self.trim > 0:
             x = sig.trim(x, self.trim)
-        return sig.decimate(x, self.decimate) if self.decimate > 1 else x
+        # a contiguous copy: a strided view would keep the full-rate array alive (long logs)
+        return np.ascontiguousarray(sig.decimate(x, self.decimate)) if self.decimate > 1 else x
 
     def apply(self, x: np.ndarray, what: str = "columns") -> np.ndarray:
         """:meth:`lowpass` then :meth:`select`: (n_full, ...) -> (N, ...) like the torques.

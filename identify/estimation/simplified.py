@@ -45,6 +45,8 @@ class SimplifiedModel:
                 raise ValueError("a design too large for memory needs estimator ols | wls | ridge")
             self.estimator_ = fit_blocks(lambda: ((Wb, tau_m[sl]) for sl, Wb in W.blocks()),
                                          n, W.shape[2], self.estimator.lower(), names)
+            fac = self.estimator_.factors_              # cond of the design, for free
+            W._cond = float(np.linalg.cond(fac.combined(np.ones(n))[0]))
         else:
             self.estimator_ = _make_estimator(self.estimator).fit(
                 W, tau_m, names=names, joint_names=list(self.model.joint_names))
