@@ -175,9 +175,11 @@ class BlockDesign:
                                     coulomb=None if self._coulomb is None else self._coulomb[sl])[0]
 
     def __matmul__(self, params):
+        from identify.common.blas import single_thread_blas
         out = np.empty(self.shape[:2])
-        for sl, W in self.blocks():
-            out[sl] = W @ params
+        with single_thread_blas():      # small products: threads only contend
+            for sl, W in self.blocks():
+                out[sl] = W @ params
         return out
 
     def cond(self) -> float:

@@ -25,8 +25,8 @@ from typing import Callable, Iterator
 import numpy as np
 import scipy.linalg as sla
 
-from .estimators import (_Linear, _dof_per_joint, check_identifiable, integrated_autocorr_time,
-                         lcurve_corner)
+from .estimators import (_Linear, _dof_per_joint, _one_blas_thread, check_identifiable,
+                         integrated_autocorr_time, lcurve_corner, qr_r)
 
 __all__ = ["JointFactors", "fit_blocks", "BlockFit", "row_blocks", "BLOCK_ROWS"]
 
@@ -61,7 +61,7 @@ class JointFactors:
                                  f"{idx[1]}")
         for j in range(self.n):
             aug = np.column_stack([W[:, j, :], y[:, j]])
-            self.R[j] = np.linalg.qr(np.vstack([self.R[j], aug]), mode="r")
+            self.R[j] = qr_r(np.vstack([self.R[j], aug]))
         self.N += W.shape[0]
 
     def rss(self, params: np.ndarray) -> np.ndarray:
@@ -99,6 +99,7 @@ def _sandwich(R: np.ndarray, factors: JointFactors, var_w2: np.ndarray) -> np.nd
     return P @ S @ P
 
 
+@_one_blas_thread
 def fit_blocks(blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], n: int, p: int,
                estimator: str = "wls", names=None) -> BlockFit:
     """Fit y = W p over row blocks with the estimators' definitions (serial="auto").
