@@ -82,9 +82,11 @@ def _plot_jobs(ident: Identification) -> list:
     vres = ident.validation.result
     for label in vres.rms:
         jobs.append((f"torque_{label}", ident_plots.plot_torque_comparison, (vres, label),
-                     {"title": f"{ident.signal_name}, {label} trajectory"}))
+                     {"title": f"{ident.signal_name}, {label} trajectory",
+                      "signal": ident.signal_name}))
         if label == "validation" or len(vres.rms) == 1:
-            jobs.append((f"residual_{label}", ident_plots.plot_residuals, (vres, label), {}))
+            jobs.append((f"residual_{label}", ident_plots.plot_residuals, (vres, label),
+                         {"signal": ident.signal_name}))
     if "validation" in vres.decomposition and "improved" in vres.decomposition["validation"]:
         jobs.append(("torque_decomposition_validation", ident_plots.plot_decomposition,
                      (vres, "validation", "improved"), {}))

@@ -51,13 +51,14 @@ def _check_traj(res, trajectory):
                          f"(have {sorted(res.predictions)})")
 
 
-def plot_torque_comparison(res, trajectory: str, path, models=None, title: str | None = None
-                           ) -> Path:
+def plot_torque_comparison(res, trajectory: str, path, models=None, title: str | None = None,
+                           signal: str = "motor torque") -> Path:
     """Measured vs predicted motor torque per joint (one panel per joint), both models.
 
     Args:
         res: ValidationResult; trajectory: its key (e.g. "excitation", "validation").
         path: output image file; models: subset of the result's model names (default all).
+        signal: name of the fitted signal in the labels ("joint torque" for a torque sensor).
     """
     _check_traj(res, trajectory)
     t = res.t[trajectory]
@@ -76,19 +77,19 @@ def plot_torque_comparison(res, trajectory: str, path, models=None, title: str |
             ax.plot(t, preds[m][:, j], label=f"{MODEL_LABELS.get(m, m)} (RMS {r:.3f})",
                     **_STYLE.get(m, {}))
         ax.set_title(res.joint_names[j], fontsize=9)
-        ax.set_ylabel("motor torque [N·m]", fontsize=8)
+        ax.set_ylabel(f"{signal} [N·m]", fontsize=8)
         ax.legend(fontsize=6, loc="upper right")
         ax.grid(alpha=0.3)
     for ax in list(axes)[max(0, n - 2):n]:
         ax.set_xlabel("t [s]")
     ov = ", ".join(f"{MODEL_LABELS.get(m, m)} {res.rms_overall[trajectory][m]:.3f}" for m in models)
-    fig.suptitle(title or f"{trajectory}: measured vs predicted motor torque "
+    fig.suptitle(title or f"{trajectory}: measured vs predicted {signal} "
                           f"(overall RMS: {ov} N·m)", fontsize=9)
     fig.tight_layout()
     return _save(fig, path)
 
 
-def plot_residuals(res, trajectory: str, path, models=None) -> Path:
+def plot_residuals(res, trajectory: str, path, models=None, signal: str = "motor torque") -> Path:
     """Residual (predicted - measured) motor torque per joint over time, plus a histogram
     panel of all residuals per model."""
     _check_traj(res, trajectory)
@@ -117,7 +118,7 @@ def plot_residuals(res, trajectory: str, path, models=None) -> Path:
     ax.set_xlabel("residual [N·m] (all joints)")
     ax.set_title("residual distribution", fontsize=9)
     ax.legend(fontsize=6)
-    fig.suptitle(f"{trajectory}: motor-torque residuals", fontsize=9)
+    fig.suptitle(f"{trajectory}: {signal} residuals", fontsize=9)
     fig.tight_layout()
     return _save(fig, path)
 
