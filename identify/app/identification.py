@@ -234,11 +234,18 @@ def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: P
                 for sl in row_blocks(y.shape[0]):
                     yield full_regressor(model, d_exc.q[sl], d_exc.qd[sl], d_exc.qdd[sl], terms,
                                          coulomb_eps=eps), y[sl]
-            consistent = ConsistentFit(model, base, terms=terms, prior=p0,
-                                       estimator=scn.identification.estimator).fit_blocks(blocks)
-        full = np.asarray(consistent.params_, float)
-        how = f"physically consistent fit ({scn.identification.estimator}), prior {prior.kind}"
-    else:
+            try:
+                consistent = ConsistentFit(model, base, terms=terms, prior=p0,
+                                           estimator=scn.identification.estimator
+                                           ).fit_blocks(blocks)
+            except (RuntimeError, ValueError) as exc:   # a finished fit is never lost to it
+                progress.message(f"warning: physically consistent fit failed ({exc}); the "
+                                 f"export uses the identified base parameters")
+                consistent = None
+        if consistent is not None:
+            full = np.asarray(consistent.params_, float)
+            how = f"physically consistent fit ({scn.identification.estimator}), prior {prior.kind}"
+    if full is None:
         p0 = np.concatenate([np.zeros(10 * model.n) if prior.inertial is None else prior.inertial,
                              np.zeros(len(terms) * model.n)])
         p_base = np.asarray(src.params_, float)
