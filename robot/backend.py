@@ -14,19 +14,24 @@ A run, in order (nothing touches the bus before step 3, nothing moves before ste
     limit applied to a conservative MOTOR-torque bound (robot.torque_bound: rigid body with the
     arm's payload, link and motor friction, harmonic-drive loss 1/(1 - xi), rotor inertia,
     margins); refusals (SafetyRefused) name joint and sample;
- 3. start the loop process (robot.loop), which brings the bus up to OP and reports the pose;
- 4. plan the approach from that pose to the start pose and check the whole plan again;
-    dry run: stop here and return the (unmoved) measured pose with the planned command;
+ 3. create the run's own record folder (refused if not writable), start the loop process
+    (robot.loop), which brings the bus up to OP (identities, units read from the drives, mode,
+    watchdogs, DC) and reports the pose, drive faults, the bus report;
+ 4. refuse a drive already in FAULT (unless safety.fault_reset: on_start) or a pose farther than
+    safety.start_pose_tolerance_rad from the start; plan the approach and check the whole plan;
+    dry run: stop here and return the (unmoved) measured pose with the planned command and the
+    bus report (meta["bus_report"], meta["bus_report_text"]);
  5. the loop enables the drives, runs the plan (with ``torque_feedforward``: plus the rigid-body
     inverse dynamics of arm + payload as torque_offset), stops in a defined order; meanwhile this process
     streams its samples to disk (identify.backend.recording.ChunkWriter) and watches its heartbeat.
 A fault ends in the safe stop and raises :class:`RunStopped`, whose ``recording`` holds every
-sample (also assembled on disk in ``record_dir``).
+sample (also assembled on disk in the run's folder). SIGTERM/SIGHUP/SIGINT during a run request
+the same stop (robot.runfiles.SignalGuard). See docs/hardware.md.
 """
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
-import tempfile
 import threading
 import time
 from multiprocessing import shared_memory
@@ -40,10 +45,12 @@ from identify.backend.recording import ChunkWriter, Recording, assemble_chunks
 from . import loop as L
 from .config import HardwareSettings, load_config
 from .plan import approach_duration, build_plan
+from .busreport import format_bus_report
+from .runfiles import SignalGuard, new_record_dir, warn
 from .safety import (DEFAULT_POLICY, Fault, SafetyError, SafetyRefused, check_trajectory,
                      run_limits, step_limit)
 from .torque_bound import TorqueBound, model_with_payload, payload_params
-from .units import make_units
+from .drive.units import make_units
 
 
 class RunStopped(SafetyError):
@@ -157,6 +164,8 @@ class HardwareBackend:
         self.rate_hz = 1.0 / (self.decimate * self.dt)
         self.model_cols = [names.index(j) for j in self.model.joint_names]
         self.last_summary: dict | None = None
+        self.last_bus_report: dict | None = None
+        self._runs = 0
         self.loop_pid: int | None = None     # pid of the current loop process (diagnostics)
         self._ctrl: np.ndarray | None = None  # the running loop's control block
         self._ctrl_lock = threading.Lock()     # status()/abort() vs. unmapping the block
@@ -215,10 +224,23 @@ class HardwareBackend:
         return self._check(t, q, qd, qdd, "trajectory")
 
     # -- run ------------------------------------------------------------------------------------
-    def run(self, trajectory, *, periods: int = 1, progress: bool = False) -> Recording:
+    def run(self, trajectory, *, periods: int = 1, progress: bool = False,
+            tau_ff=None) -> Recording:
+        """tau_ff: optional feed-forward model, a callable (q, qd, qdd) (N, n) -> (N, n) [N*m, link
+        side] evaluated on the run plan (approach included) and written to the drives' torque
+        offset object 0x60B2 every cycle instead of the rigid-body ``torque_feedforward``; refused
+        before the bus is touched when the PDO mapping has no torque_offset or the arm model is a
+        joint subset. Every other check (limits, motor-torque bound, per-mille range) is the same."""
         s = self.settings
         if s.refusal():                      # known from the settings alone: refuse first
             raise SafetyRefused(s.refusal())
+        if tau_ff is not None:
+            if "torque_offset" not in [e.name for e in self.cfg.rx_entries]:
+                raise SafetyRefused(f"{self.cfg.path}: a torque feed-forward needs the drives' "
+                                    f"torque_offset (0x60B2) in the rx PDO mapping")
+            if self.model.n != self.full.n:
+                raise SafetyRefused("a torque feed-forward model needs the whole arm (no arm.joints "
+                                    "subset)")
         self.check(trajectory, periods)
         traj_full = _FullTrajectory(trajectory, self)
         if not s.iface:
@@ -241,15 +263,13 @@ class HardwareBackend:
                                   self.limits.qd_max * self.cfg.safety.approach_speed_frac,
                                   self.limits.qdd_max * self.cfg.safety.approach_speed_frac)
         enable_cycles = int(s.enable_timeout_s / self.dt)
+        sc = self.cfg.safety
+        brake = int(np.ceil(sc.brake_delay_s / self.dt)) + 1
         m_max = (int(round(trajectory.duration / self.dt)) * periods + int(np.ceil(t_app / self.dt))
                  + 2 * int(round(s.dwell_s / self.dt)) + 2)
-        sc = self.cfg.safety
-        capacity = enable_cycles + m_max + sc.hold_cycles + n + sc.confirm_cycles + 16
-        record_dir = Path(s.record_dir) if s.record_dir else Path(tempfile.mkdtemp(prefix="twinid-hw-"))
-        record_dir.mkdir(parents=True, exist_ok=True)
-        for old in record_dir.glob("chunk_*.npz"):
-            old.unlink()
-
+        capacity = enable_cycles + 200 + m_max + sc.hold_cycles + n + brake + sc.confirm_cycles + 16
+        record_dir = new_record_dir(s.record_dir)          # refuses before the bus is touched
+        self._runs += 1
         width = L.row_width(n)
         ctrl_shm = shared_memory.SharedMemory(create=True, size=L.CTRL_LEN * 8)
         rec_shm = shared_memory.SharedMemory(create=True, size=capacity * width * 8)
@@ -264,59 +284,159 @@ class HardwareBackend:
                           limits=self.limits, rec_shm=rec_shm.name, ctrl_shm=ctrl_shm.name,
                           capacity=capacity, complete_access=s.complete_access,
                           receive_timeout_us=s.receive_timeout_us, enable_timeout_cycles=enable_cycles,
-                          allow_fault_reset=s.allow_fault_reset, policy=policy,
+                          fault_reset=sc.fault_reset, policy=policy,
                           realtime=s.realtime, bus_factory=self._bus[0], bus_kwargs=self._bus[1])
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=L.loop_main, args=(spec, child), name="twinid-ethercat-loop", daemon=True)
         meta = {"backend": "hardware", "iface": s.iface, "config": self.cfg.path,
                 "cycle_time_s": self.dt, "dry_run": s.dry_run, "periods": periods,
-                "trajectory_duration_s": float(trajectory.duration)}
+                "trajectory_duration_s": float(trajectory.duration), "record_dir": str(record_dir)}
         writer = ChunkWriter(record_dir, list(self.full.joint_names), 1.0 / self.dt, meta)
         written = 0
         cols = L.column_slices(n)
+        write_error: list = []
 
         def flush(upto, min_rows=1):
+            """Stream rows to chunk files; a write failure requests the defined stop."""
             nonlocal written
-            if upto - written >= min_rows:
-                r = rows[written:upto]
+            if write_error or upto - written < min_rows:
+                return
+            r = rows[written:upto]
+            try:
                 writer.write(r[:, cols["t"]], q=r[:, cols["q"]], qd=r[:, cols["qd"]],
                              tau_m=r[:, cols["tau_m"]], i_m=r[:, cols["i_m"]], tau_j=r[:, cols["tau_j"]],
-                             q_cmd=r[:, cols["q_cmd"]], status=r[:, cols["status"]])
-                written = upto
+                             q_cmd=r[:, cols["q_cmd"]], status=r[:, cols["status"]],
+                             late=r[:, cols["late_flag"]] > 0)
+            except Exception as exc:  # noqa: BLE001 -- full disk, folder gone, ...: stop the arm
+                ctrl[L.C_ABORT] = L.ABORT_RECORD
+                write_error.append(f"{type(exc).__name__}: {exc}")
+                return
+            written = upto
+
+        def on_signal(signum):
+            ctrl[L.C_ABORT] = L.ABORT_SIGNAL       # running: the loop stops in the defined order
+            try:
+                parent.send(("quit",))             # still idle: leave without enabling
+            except Exception:  # noqa: BLE001
+                pass
 
         summary, plan, error = None, None, None
+        guard = SignalGuard(on_signal)
         try:
-            proc.start()
-            self.loop_pid = proc.pid
-            child.close()
-            msg = _recv(parent, proc, s.bringup_timeout_s, "bring-up")
-            if msg[0] == "error":
-                raise _bus_error(msg)
-            q_now = np.asarray(msg[1]["q"], float)
-            plan = build_plan(traj_full, periods, self.dt, q_now,
-                              self.limits.qd_max * sc.approach_speed_frac,
-                              self.limits.qdd_max * sc.approach_speed_frac, dwell=s.dwell_s)
-            try:
-                self._check(plan.t, plan.q, plan.qd, plan.qdd, "run plan (approach from the measured pose)")
-            except ValueError:
-                parent.send(("quit",))
-                raise
-            if s.dry_run:
-                parent.send(("quit",))
-                _recv(parent, proc, 5.0, "dry-run exit")
-                return self._dry_recording(plan, q_now, meta)
-            tau_ff = (self.full.inverse_dynamics(plan.q, plan.qd, plan.qdd) if s.torque_feedforward
-                      else np.zeros_like(plan.q))
-            plan_shm = shared_memory.SharedMemory(create=True, size=2 * plan.q.size * 8)
-            np.ndarray(plan.q.shape, np.float64, plan_shm.buf)[:] = plan.q
-            np.ndarray(plan.q.shape, np.float64, plan_shm.buf, offset=plan.q.size * 8)[:] = tau_ff
-            parent.send(("go", plan_shm.name, plan.n_cycles))
-            bar = _progress(progress, plan.n_cycles)
-            last_beat, t_beat = -1, time.monotonic()
+            with guard:
+                proc.start()
+                self.loop_pid = proc.pid
+                child.close()
+                msg = _recv(parent, proc, s.bringup_timeout_s, "bring-up")
+                if msg[0] == "error":
+                    raise _bus_error(msg)
+                if msg[0] == "done":               # a signal arrived during bring-up
+                    guard.raise_if_received("nothing was moved")
+                info = msg[1]
+                if guard.received is not None:     # signalled during bring-up: leave, never enable
+                    _recv(parent, proc, 5.0, "signal exit")
+                    guard.raise_if_received("nothing was moved")
+                self.last_bus_report = dict(info.get("bus_report") or {}, rt=info.get("rt"))
+                for w in (info.get("rt") or {}).get("warnings", []):
+                    warn(w)
+                q_now = np.asarray(info["q"], float)
+                try:
+                    self._check_start(info, q_now, traj_full)
+                    plan = build_plan(traj_full, periods, self.dt, q_now,
+                                      self.limits.qd_max * sc.approach_speed_frac,
+                                      self.limits.qdd_max * sc.approach_speed_frac, dwell=s.dwell_s)
+                    self._check(plan.t, plan.q, plan.qd, plan.qdd, "run plan (approach from the measured pose)")
+                except ValueError:
+                    parent.send(("quit",))
+                    raise
+                if tau_ff is not None:           # checked before the dry-run exit: a dry run checks it too
+                    ff_model = tau_ff
+                    tau_ff = np.asarray(ff_model(plan.q, plan.qd, plan.qdd), float)
+                    try:
+                        if tau_ff.shape != plan.q.shape or not np.all(np.isfinite(tau_ff)):
+                            raise ValueError(f"tau_ff returned shape {tau_ff.shape} or non-finite "
+                                             f"values on the run plan; expected finite "
+                                             f"{plan.q.shape}")
+                        self.units.torque_permille(tau_ff)      # the per-mille range, before moving
+                    except ValueError as exc:
+                        parent.send(("quit",))
+                        raise SafetyRefused(f"feed-forward: {exc}") from None
+                else:
+                    tau_ff = (self.full.inverse_dynamics(plan.q, plan.qd, plan.qdd)
+                              if s.torque_feedforward else np.zeros_like(plan.q))
+                if s.dry_run:
+                    parent.send(("quit",))
+                    _recv(parent, proc, 5.0, "dry-run exit")
+                    rec = self._dry_recording(plan, q_now, meta)
+                    rec.meta["bus_report"] = to_jsonable(self.last_bus_report, nonfinite="keep")
+                    rec.meta["bus_report_text"] = format_bus_report(self.last_bus_report)
+                    return rec
+                plan_shm = shared_memory.SharedMemory(create=True, size=2 * plan.q.size * 8)
+                np.ndarray(plan.q.shape, np.float64, plan_shm.buf)[:] = plan.q
+                np.ndarray(plan.q.shape, np.float64, plan_shm.buf, offset=plan.q.size * 8)[:] = tau_ff
+                parent.send(("go", plan_shm.name, plan.n_cycles))
+                summary, error = self._supervise(parent, proc, ctrl, flush, plan, progress)
+        except BaseException:
+            ctrl[L.C_ABORT] = ctrl[L.C_ABORT] or L.ABORT_REQUEST   # never leave it moving unsupervised
+            raise
+        finally:
+            if proc.pid is not None:               # started (a failed start leaves nothing to join)
+                proc.join(10.0)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(1.0)
+            flush(int(ctrl[L.C_ROWS]))
+            n_rows = int(ctrl[L.C_ROWS])
+            run_row0 = int(ctrl[L.C_RUN_ROW0])
+            cyc = rows[:n_rows].copy()
+            with self._ctrl_lock:
+                self._ctrl = None
+            for shm in (plan_shm, ctrl_shm, rec_shm):
+                if shm is not None:
+                    shm.close()
+                    shm.unlink()
+            parent.close()
+            if n_rows == 0 and not any(record_dir.iterdir()):
+                record_dir.rmdir()                 # nothing recorded: leave no empty folder
+        return self._finish(record_dir, cyc, n_rows, run_row0, summary, error, write_error, guard,
+                            plan, meta)
+
+    def _check_start(self, info, q_now, traj_full) -> None:
+        """Before enabling: drives already in FAULT (refused unless safety.fault_reset is
+        on_start) and the measured pose against the trajectory's start pose."""
+        sc = self.cfg.safety
+        faults = info.get("faults") or {}
+        if faults and sc.fault_reset != "on_start":
+            txt = "; ".join(f"{j}: statusword {v['statusword']:#06x}, error code 0x603F = "
+                            f"{v['error_code']:#06x}" for j, v in faults.items())
+            raise SafetyRefused(f"drive(s) in FAULT before enabling: {txt}; not reset because "
+                                f"safety.fault_reset is '{sc.fault_reset}' (clear the cause, or set "
+                                f"fault_reset: on_start)")
+        q0 = np.asarray(traj_full.evaluate(np.zeros(1))[0], float)[0]
+        d = np.abs(q_now - q0)
+        if np.any(d > sc.start_pose_tolerance_rad):
+            j = int(np.argmax(d))
+            raise SafetyRefused(f"the pose read at bring-up is too far from the trajectory's start: "
+                                f"joint {self.full.joint_names[j]} at {q_now[j]:.4f} rad, start "
+                                f"{q0[j]:.4f} rad (|diff| {d[j]:.4f} > safety.start_pose_tolerance_rad "
+                                f"{sc.start_pose_tolerance_rad})")
+
+    def _supervise(self, parent, proc, ctrl, flush, plan, progress):
+        """Stream rows and watch the loop's heartbeat until it reports; returns (summary, error)."""
+        s = self.settings
+        bar = _progress(progress, plan.n_cycles)
+        last_beat, t_beat = -1, time.monotonic()
+        summary = error = None
+        try:
             while True:
+                msg = None
                 if parent.poll(0.2):
-                    msg = parent.recv()
+                    try:
+                        msg = parent.recv()
+                    except (EOFError, OSError):       # the loop process died (killed)
+                        proc.join(0.2)
+                if msg is not None:
                     if msg[0] == "done":
                         summary = msg[1]
                     else:
@@ -333,68 +453,83 @@ class HardwareBackend:
                 elif now - t_beat > s.watchdog_s or not proc.is_alive():
                     why = ("loop process exited" if not proc.is_alive()
                            else f"no cycle for {now - t_beat:.2f} s")
-                    ctrl[L.C_ABORT] = 1
+                    ctrl[L.C_ABORT] = L.ABORT_REQUEST
                     proc.join(0.5)
                     if proc.is_alive():
                         proc.kill()
                     summary = {"fault": Fault.STALLED_LOOP.value, "message": f"stalled loop: {why}; "
                                "the drives' SyncManager watchdogs take over", "stop_confirmed": False}
                     break
+        finally:
             if bar is not None:
                 bar.close()
-        except KeyboardInterrupt:
-            ctrl[L.C_ABORT] = 1             # running: the loop stops in the defined order
+        return summary, error
+
+    def _finish(self, record_dir, cyc, n_rows, run_row0, summary, error, write_error, guard, plan, meta):
+        cols = L.column_slices(self.full.n)
+        stream, where = None, None
+        if n_rows:
             try:
-                parent.send(("quit",))       # still idle: leave without enabling
-                msg = _recv(parent, proc, 5.0, "abort")
-                summary = msg[1] if msg[0] == "done" else None
-            except Exception:
-                pass
-            raise
-        finally:
-            proc.join(10.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(1.0)
-            flush(int(ctrl[L.C_ROWS]))
-            n_rows = int(ctrl[L.C_ROWS])
-            run_row0 = int(ctrl[L.C_RUN_ROW0])
-            cyc = rows[:n_rows].copy()
-            with self._ctrl_lock:
-                self._ctrl = None
-            for shm in (plan_shm, ctrl_shm, rec_shm):
-                if shm is not None:
-                    shm.close()
-                    shm.unlink()
-            parent.close()
-        stream = assemble_chunks(record_dir, record_dir / "stream.npz") if n_rows else None
+                stream = assemble_chunks(record_dir, record_dir / "stream.npz")
+                where = record_dir / "stream.npz"
+            except Exception as exc:  # noqa: BLE001 -- the disk failed: say so, keep the rows in memory
+                write_error.append(f"assembling {record_dir / 'stream.npz'}: {type(exc).__name__}: {exc}")
+            try:
+                np.savez(record_dir / "bus.npz", t=cyc[:, cols["t"]], wkc=cyc[:, cols["wkc"]].astype(np.int64),
+                         late=cyc[:, cols["late"]], late_flag=cyc[:, cols["late_flag"]] > 0,
+                         t_wall=cyc[:, cols["t_wall"]], phase=cyc[:, cols["phase"]].astype(np.int64),
+                         dc_err_ns=cyc[:, cols["dc_err_ns"]],
+                         error_code=cyc[:, cols["error_code"]].astype(np.int64))
+            except Exception as exc:  # noqa: BLE001
+                write_error.append(f"bus.npz: {type(exc).__name__}: {exc}")
+        saved = (f"the {n_rows} samples recorded are in {where}" if where is not None else
+                 f"the {n_rows} samples recorded could NOT be saved ({'; '.join(write_error)})"
+                 if n_rows else "no sample was recorded")
         if error is not None:
             exc = _bus_error(error)
-            if stream is not None:
-                exc.args = (f"{exc.args[0]} (drives disabled at once; the {n_rows} samples "
-                            f"recorded are in {record_dir / 'stream.npz'})",)
+            exc.args = (f"{exc.args[0]} (drives disabled at once; {saved})",)
             raise exc
+        guard.raise_if_received(saved)
         stats = cycle_stats(cyc[:, cols["t_wall"]], self.dt)
-        bus_meta = {"wkc": cyc[:, cols["wkc"]].astype(np.int64), "late": cyc[:, cols["late"]],
-                    "t_wall": cyc[:, cols["t_wall"]], "phase": cyc[:, cols["phase"]].astype(np.int64),
-                    "error_code": cyc[:, cols["error_code"]].astype(np.int64)}
-        np.savez(record_dir / "bus.npz", **bus_meta)
         summary = dict(summary or {})
         summary.update(stats=stats, record_dir=str(record_dir), run_row0=run_row0)
+        if write_error:
+            summary.setdefault("fault", Fault.RECORD_FAILED.value)
+            summary["message"] = f"{summary.get('message')}; recording failed: {'; '.join(write_error)}"
         self.last_summary, self.last_stream = summary, stream
+        if summary.get("emergencies"):
+            summary["message"] = (f"{summary.get('message')}; CoE emergencies: "
+                                  + ", ".join(f"{e['joint']} error code {e['error_code']:#06x}"
+                                              for e in summary["emergencies"]))
+        try:
+            (record_dir / "summary.json").write_text(json.dumps(to_jsonable(summary, nonfinite="keep"),
+                                                                indent=1))
+        except Exception:  # noqa: BLE001 -- the samples matter more; the message says where they are
+            pass
         if summary.get("fault"):
-            raise RunStopped(f"hardware run stopped safely: {summary.get('message')} "
-                             f"(every sample kept in {record_dir / 'stream.npz'})",
-                             summary["fault"], summary, stream, record_dir / "stream.npz")
+            if where is None or stream is None:
+                warn(f"run stopped: {summary.get('message')}; {saved}")
+            raise RunStopped(f"hardware run stopped safely: {summary.get('message')} ({saved})",
+                             summary["fault"], summary, stream, where)
         a, b = run_row0 + plan.traj_start, run_row0 + plan.traj_stop
         rec = stream.window(a, b)
-        sel = slice(0, None, self.decimate)
+        # every `decimate`-th row of the command grid; rows whose frame was lost (their inputs are
+        # the previous cycle's) are left out -- t keeps the real acquisition times, so the gap
+        # shows; the full stream (stream.npz, bus.npz) keeps every row
+        valid = cyc[a:b, cols["wkc"]] == summary.get("expected_wkc", -1)
+        grid = np.arange(0, b - a, self.decimate)
+        keep = grid[valid[grid]]
+        dropped = np.flatnonzero(~valid[grid])          # sample indices (of the full grid) left out
         ch = {}
         for name in ("q", "tau_j", "i_m", "tau_m", "q_cmd", "qd", "status"):
             v = getattr(rec, name)
-            ch[name] = None if v is None else v[sel][:, self.model_cols]
-        meta.update(summary=to_jsonable(summary, nonfinite="keep"), rate_hz=self.rate_hz)
-        return Recording(t=rec.t[sel] - rec.t[0], rate_hz=self.rate_hz,
+            ch[name] = None if v is None else v[keep][:, self.model_cols]
+        meta.update(summary=to_jsonable(summary, nonfinite="keep"), rate_hz=self.rate_hz,
+                    n_grid_samples=int(grid.size), dropped_samples=dropped.tolist(),
+                    time_base="t: monotonic acquisition time of each sample [s] (taken as its frame "
+                              "is sent) from the trajectory's start; late: the sample's cycle "
+                              "started more than half a period late; rows of lost frames dropped")
+        return Recording(t=rec.t[keep] - rec.t[0], rate_hz=self.rate_hz, late=rec.late[keep],
                          joint_names=list(self.model.joint_names), meta=meta, **ch)
 
     def _dry_recording(self, plan, q_now, meta) -> Recording:

@@ -10,14 +10,19 @@ status code where there is one.
 """
 from __future__ import annotations
 
+import math
+import os
+import struct
 import time
 
 import numpy as np
 import pysoem
 
-from .cia402 import MODE_CSP
+from .drive.cia402 import MODE_CSP
 from .config import EthercatConfig
-from .pdo import PdoLayout, pack_sdo_value
+from .drive.drivecheck import (ABORT_NO_OBJECT, DriveCheckError, abort_code, check_units, object_label,
+                         read_units, retry_sdo, sdo_error_text)
+from .drive.pdo import PdoLayout, pack_sdo_value
 
 STATE_NAMES = {pysoem.NONE_STATE: "NONE", pysoem.INIT_STATE: "INIT", pysoem.PREOP_STATE: "PREOP",
                pysoem.BOOT_STATE: "BOOT", pysoem.SAFEOP_STATE: "SAFEOP", pysoem.OP_STATE: "OP"}
@@ -29,6 +34,57 @@ class BusError(RuntimeError):
 
 class IdentityError(BusError):
     """A slave's vendor id / product code / revision differs from the configuration."""
+
+
+def interface_problem(iface: str) -> str | None:
+    """Why `iface` cannot carry EtherCAT from this process (and how to fix it), or None."""
+    if not iface:
+        return "no network interface given: set hardware.iface (e.g. eth1; see `ip link`)"
+    if not os.path.exists(f"/sys/class/net/{iface}"):
+        have = sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else []
+        return (f"no network interface named {iface!r} (this machine has: {', '.join(have) or 'none'}); "
+                f"set hardware.iface to the port the EtherCAT cable is plugged into")
+    if os.geteuid() != 0 and not _has_cap_net_raw():
+        return (f"no permission to open raw sockets on {iface!r}: run as root (sudo) or grant the "
+                f"capability: sudo setcap cap_net_raw,cap_net_admin+ep $(readlink -f $(which python))")
+    try:
+        with open(f"/sys/class/net/{iface}/operstate") as fh:
+            oper = fh.read().strip()
+        with open(f"/sys/class/net/{iface}/flags") as fh:
+            up = int(fh.read().strip(), 16) & 0x1
+    except OSError:
+        return None
+    if not up:
+        return f"interface {iface!r} is down: sudo ip link set {iface} up"
+    if oper == "down":
+        return f"interface {iface!r} has no link (operstate down): check the cable and the first slave"
+    return None
+
+
+def _has_cap_net_raw() -> bool:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) & (1 << 13))
+    except OSError:
+        pass
+    return False
+
+
+def _socket_fds() -> set[int]:
+    """File descriptors of this process that are sockets (Linux /proc)."""
+    out = set()
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                    out.add(int(name))
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return out
 
 
 def state_name(state: int) -> str:
@@ -51,7 +107,14 @@ class EthercatBus:
         self.iface = iface
         self.layout = PdoLayout.from_config(cfg)
         self.complete_access = complete_access
-        self.timeout_us = int(receive_timeout_us or round(cfg.bus.cycle_time_s * 1e6))
+        period_us = cfg.bus.cycle_time_s * 1e6
+        self.timeout_us = int(receive_timeout_us or round(cfg.bus.receive_timeout_frac * period_us))
+        if self.timeout_us >= period_us:
+            raise BusError(f"receive timeout {self.timeout_us} us must stay below the cycle "
+                           f"({period_us:.0f} us): a lost frame may cost at most one cycle")
+        self.report: dict = {"iface": iface, "slaves": []}
+        self.units_read: list[dict] = [{} for _ in cfg.drives]
+        self.dc = False
         self.op_timeout_s = op_timeout_s
         self.master: pysoem.Master | None = None
         self.expected_wkc = 0
@@ -65,13 +128,28 @@ class EthercatBus:
 
     def open(self) -> None:
         """Bring the chain up to OP (see module docstring). Raises BusError / IdentityError."""
+        why = interface_problem(self.iface)
+        if why:
+            raise BusError(why)
         m = pysoem.Master()
+        fds_before = _socket_fds()
         try:
             m.open(self.iface)
         except Exception as exc:
-            raise BusError(f"cannot open EtherCAT interface {self.iface!r}: {exc}") from exc
+            raise BusError(f"cannot open EtherCAT interface {self.iface!r}: {exc} (needs root or "
+                           f"CAP_NET_RAW and an existing interface)") from exc
         self.master = m
         self._opened = True
+        # SOEM's raw socket blocks in recv() for SO_RCVTIMEO = 1 us, which Linux rounds up to a
+        # jiffy (4-10 ms): every lost frame would cost several cycles whatever the receive
+        # timeout. Non-blocking, SOEM polls until its own timer (the receive timeout) expires.
+        self.nonblocking_fds = []
+        for fd in sorted(_socket_fds() - fds_before):
+            try:
+                os.set_blocking(fd, False)
+                self.nonblocking_fds.append(fd)
+            except OSError:
+                pass
         try:
             self._bring_up()
         except BaseException:
@@ -100,12 +178,8 @@ class EthercatBus:
         self.layout.validate_sizes([len(s.output) for s in m.slaves], [len(s.input) for s in m.slaves])
         if m.state_check(pysoem.SAFEOP_STATE, int(self.op_timeout_s * 1e6)) != pysoem.SAFEOP_STATE:
             raise BusError(f"{self.iface}: not all slaves reached SAFEOP: {self.al_report()}")
-        if self.cfg.bus.distributed_clocks:
-            if not m.config_dc():
-                raise BusError(f"{self.iface}: distributed clocks requested but no slave supports DC")
-            cyc_ns = int(round(self.cfg.bus.cycle_time_s * 1e9))
-            for s in m.slaves:
-                s.dc_sync(True, cyc_ns)
+        self._setup_dc()
+        self._setup_watchdogs()
         out = self.layout.new_outputs(n)
         if "modes_of_operation" in out.dtype.names:
             out["modes_of_operation"] = MODE_CSP
@@ -113,6 +187,10 @@ class EthercatBus:
         self.exchange(out)
         m.state = pysoem.OP_STATE
         m.write_state()
+        # from here on, a datagram outside the process data (AL state reads) that gets no answer
+        # costs at most the receive timeout, not SOEM's default 2 ms
+        self._ret_timeout = pysoem.settings.timeouts.ret
+        pysoem.settings.timeouts.ret = self.timeout_us
         deadline = time.monotonic() + self.op_timeout_s
         while True:
             self.exchange(out)
@@ -122,6 +200,46 @@ class EthercatBus:
                 raise BusError(f"{self.iface}: not all slaves reached OP within {self.op_timeout_s} s: "
                                f"{self.al_report()}")
             time.sleep(self.cfg.bus.cycle_time_s)
+
+    def _setup_dc(self) -> None:
+        """Distributed clocks: "auto" -> on when SOEM finds DC-capable slaves; SYNC0 every cycle
+        with the configured shift on every slave."""
+        m, want = self.master, self.cfg.bus.distributed_clocks
+        self.dc = False
+        if want is False:
+            return
+        has = bool(m.config_dc())
+        if not has:
+            if want is True:
+                raise BusError(f"{self.iface}: distributed clocks required (bus.distributed_clocks: "
+                               f"true) but no slave supports DC")
+            return
+        cyc_ns = int(round(self.cfg.bus.cycle_time_s * 1e9))
+        shift_ns = int(round(self.cfg.bus.sync0_shift_s * 1e9))
+        for s in m.slaves:
+            s.dc_sync(True, cyc_ns, shift_ns)
+        self.dc = True
+
+    def _setup_watchdogs(self) -> None:
+        """SyncManager (process-data) watchdog on every slave: 0x0400 divider, 0x0420 time."""
+        ms = self.cfg.bus.watchdog_s * 1e3
+        self.watchdogs_ms = []
+        for k, s in enumerate(self.master.slaves):
+            for attempt in range(3):          # register access: retried on a lost frame
+                try:
+                    s.set_watchdog("processdata", ms)
+                    self.watchdogs_ms.append(float(s.get_watchdog("processdata")))
+                    break
+                except Exception as exc:
+                    if attempt == 2:
+                        raise BusError(f"{self._slave_label(k)}: cannot program the SyncManager "
+                                       f"watchdog (0x0400/0x0420) to {ms:g} ms: {type(exc).__name__}"
+                                       f"{': ' + str(exc) if str(exc) else ' (no answer to the register write)'}"
+                                       ) from exc
+        bad = [(k, w) for k, w in enumerate(self.watchdogs_ms) if abs(w - ms) > max(0.2, 0.02 * ms)]
+        if bad:
+            raise BusError("; ".join(f"{self._slave_label(k)}: SyncManager watchdog reads back "
+                                     f"{w:g} ms, programmed {ms:g} ms" for k, w in bad))
 
     def check_identity(self) -> None:
         """Compare every slave's SII identity with the configuration; refuse on any mismatch."""
@@ -138,21 +256,45 @@ class EthercatBus:
                                 + "; ".join(bad))
 
     def _make_hook(self, k: int):
-        sdos = [(s.index, s.sub, pack_sdo_value(s.type, s.value), False) for s in self.cfg.startup_sdo]
-        sdos += self.layout.assignment_sdos(self.complete_access)
+        d = self.cfg.drives[k]
+        sc = self.cfg.safety
+        window = int(round(sc.following_error_max_rad / (2 * math.pi) * d.counts_per_link_rev))
+        sdos = [(s.index, s.sub, pack_sdo_value(s.type, s.value), False, s.optional)
+                for s in self.cfg.startup_sdo]
+        sdos += [(0x6065, 0, struct.pack("<I", window), False, False),
+                 (0x6066, 0, struct.pack("<H", max(1, int(round(sc.following_error_timeout_s * 1e3)))),
+                  False, True)]
+        sdos += [(*x, False) for x in self.layout.assignment_sdos(self.complete_access)]
+        label = self._slave_label(k)
 
         def hook(slave):
-            for index, sub, data, ca in sdos:
+            skipped = []
+            for index, sub, data, ca, optional in sdos:
                 try:
-                    slave.sdo_write(index, sub, data, ca=ca)
+                    retry_sdo(slave.sdo_write, index, sub, data, ca=ca)
                 except Exception as exc:
-                    code = getattr(exc, "abort_code", None)
-                    desc = getattr(exc, "desc", "")
-                    what = (f"abort code {code:#010x} {desc}".strip() if code is not None
-                            else f"{type(exc).__name__}: {exc}")
-                    self._hook_errors.append(f"{self._slave_label(k)}: SDO write {index:#06x}:{sub} "
-                                             f"failed ({what})")
+                    if optional and abort_code(exc) in (ABORT_NO_OBJECT, 0x06090011):
+                        skipped.append(object_label(index, sub))
+                        continue
+                    self._hook_errors.append(f"{label}: " + sdo_error_text("write", index, sub, exc))
                     return
+            try:
+                got = read_units(lambda i, s_: slave.sdo_read(i, s_), label)
+                notes = check_units(d, got, label)
+                mode = struct.unpack("<b", bytes(retry_sdo(slave.sdo_read, 0x6061, 0))[:1])[0]
+            except DriveCheckError as exc:
+                self._hook_errors.append(str(exc))
+                return
+            except Exception as exc:
+                self._hook_errors.append(f"{label}: " + sdo_error_text("read", 0x6061, 0, exc))
+                return
+            if mode != MODE_CSP:
+                self._hook_errors.append(f"{label}: the drive ignores the mode request: 0x6061 "
+                                         f"(modes of operation display) reads {mode}, 0x6060 was set "
+                                         f"to {MODE_CSP} (CSP); refusing to enable")
+                return
+            self.units_read[k] = dict(got, notes=notes, skipped_optional=skipped,
+                                      following_error_window_counts=window)
         return hook
 
     # -- cyclic -----------------------------------------------------------------------------
@@ -182,16 +324,82 @@ class EthercatBus:
             parts.append(f"{self._slave_label(k)} {state_name(st)} AL status {code:#06x} ({txt})")
         return "; ".join(parts)
 
+    def al_faults(self) -> str | None:
+        """Read every slave's AL state now: None if all are in OP without error, else a message
+        naming each slave that is not, with its AL status code and the code's meaning. A finding
+        must repeat on an immediate second read (a corrupted or lost state frame is no finding)."""
+        def bad_now():
+            out = {}
+            for k, (st, code) in enumerate(self.read_states()):
+                if st == pysoem.NONE_STATE:
+                    continue   # no answer to the state read (lost frame / lost slave: counted elsewhere)
+                if (st & 0x0F) != pysoem.OP_STATE or st & pysoem.STATE_ERROR or code:
+                    out[k] = (st, code)
+            return out
+        first = bad_now()
+        if not first:
+            return None
+        again = bad_now()
+        bad = {k: v for k, v in first.items() if again.get(k) == v}
+        if not bad:
+            return None
+        return "; ".join(f"{self._slave_label(k)} in {state_name(st)}, AL status code {code:#06x} "
+                         f"({pysoem.al_status_code_to_string(code) if code else 'no AL status code'})"
+                         for k, (st, code) in bad.items())
+
+    def read_emergencies(self, k: int) -> list[dict]:
+        """Read slave k's mailbox once (0-based); CoE emergency messages found -> dicts
+        (slave, joint, error_code, error_register, data). Costs one or two datagrams."""
+        s = self.master.slaves[k]
+        out = []
+        for _ in range(4):                       # several may be queued
+            try:
+                s.mbx_receive()
+                break
+            except pysoem.Emergency as e:
+                out.append({"slave": k + 1, "joint": self.cfg.drives[k].joint,
+                            "error_code": int(e.error_code), "error_register": int(e.error_reg),
+                            "data": [int(e.b1), int(e.w1), int(e.w2)]})
+            except Exception:  # noqa: BLE001 -- a lost mailbox read is retried next time
+                break
+        return out
+
     def lost_slaves(self) -> list[str]:
         """Slaves that no longer answer (state NONE on a fresh read)."""
         return [self._slave_label(k) for k, (st, _) in enumerate(self.read_states())
                 if st == pysoem.NONE_STATE]
+
+    def bus_report(self) -> dict:
+        """What a dry run prints: slaves, identities, states, PDO sizes, DC, watchdogs, units."""
+        m = self.master
+        states = self.read_states()
+        slaves = []
+        for k, s in enumerate(m.slaves):
+            st, code = states[k]
+            slaves.append({
+                "position": k + 1, "joint": self.cfg.drives[k].joint, "name": str(s.name),
+                "vendor_id": f"{int(s.man):#010x}", "product_code": f"{int(s.id):#010x}",
+                "revision": f"{int(s.rev):#010x}", "state": state_name(st),
+                "al_status_code": f"{code:#06x}", "output_bytes": len(s.output),
+                "input_bytes": len(s.input),
+                "watchdog_ms": self.watchdogs_ms[k] if k < len(self.watchdogs_ms) else None,
+                "units": self.units_read[k]})
+        return {"iface": self.iface, "slaves": slaves, "expected_wkc": self.expected_wkc,
+                "distributed_clocks": self.dc, "sync0_shift_s": self.cfg.bus.sync0_shift_s if self.dc else None,
+                "cycle_time_s": self.cfg.bus.cycle_time_s, "receive_timeout_us": self.timeout_us,
+                "complete_access": self.complete_access}
+
+    def dc_time(self) -> int:
+        """System time of the DC reference clock read by the last frame [ns] (0 without DC)."""
+        return int(self.master.dc_time) if self.dc else 0
 
     def close(self) -> None:
         """Request INIT for all slaves (best effort) and close the interface."""
         m, self.master = self.master, None
         if m is None:
             return
+        if getattr(self, "_ret_timeout", None):
+            pysoem.settings.timeouts.ret = self._ret_timeout
         try:
             m.state = pysoem.INIT_STATE
             m.write_state()

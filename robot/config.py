@@ -2,7 +2,7 @@
 
 The file holds the vendor-facing integers of the bus (identity, PDO layout, startup SDOs,
 per-drive scaling). This module only parses and validates; conversion to SI lives in
-:mod:`robot.units`, the PDO codec in :mod:`robot.pdo`. Every error names the file and the key
+:mod:`robot.drive.units`, the PDO codec in :mod:`robot.drive.pdo`. Every error names the file and the key
 (and the drive / entry index) at fault.
 """
 from __future__ import annotations
@@ -47,11 +47,13 @@ class PdoEntry:
 
 @dataclass(frozen=True)
 class StartupSdo:
-    """A CoE object written to every drive in PREOP before the PDO assignment."""
+    """A CoE object written to every drive in PREOP before the PDO assignment. `optional`: written
+    only when the drive has the object (an 'object does not exist' abort skips it, reported)."""
     index: int
     sub: int
     type: str
     value: int
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ class DriveConfig:
     rated_torque_Nm: 0x6076, link-side (reflected); torque_actual/torque_offset are per mille of it.
     rated_current_A: 0x6075; current_actual is per mille of it.
     joint_torque_scale_Nm: N*m per unit of the torque-sensor object.
+    position_encoder: "link" (0x6064 is the link-side, second encoder) or "motor" (0x6064 is the
+        motor encoder: encoder_counts_per_rev counts per MOTOR revolution, gear_ratio motor
+        revolutions per link revolution). Read back from the drive at bring-up (0x608F, 0x6091,
+        manufacturer object 0x2003) and compared; a mismatch refuses.
     """
     joint: str
     sign: int
@@ -73,15 +79,38 @@ class DriveConfig:
     rated_torque_Nm: float
     rated_current_A: float
     joint_torque_scale_Nm: float
+    position_encoder: str = "link"
+
+    @property
+    def counts_per_link_rev(self) -> float:
+        """Counts of 0x6064 per link revolution."""
+        return self.encoder_counts_per_rev * (self.gear_ratio if self.position_encoder == "motor" else 1)
 
 
 @dataclass(frozen=True)
 class BusConfig:
+    """Bus settings (``bus:`` section; SI units).
+
+    distributed_clocks: "auto" (on when every slave supports DC), True (required) or False.
+    sync0_shift_s: SYNC0 shift after the DC cycle boundary [s]; dc_frame_offset_s: where in the
+        DC cycle the master aligns its frames (drift-compensated) [s].
+    watchdog_s: SyncManager (process-data) watchdog programmed into every slave (0x0400 divider,
+        0x0420 time): a slave whose outputs stop for this long leaves OP (drives stop).
+    receive_timeout_frac: process-data receive timeout as a fraction of the cycle (< 1: a lost
+        frame costs at most one cycle).
+    al_check_cycles: the AL state/status code of every slave is read every this many cycles (and
+        at once on any working-counter deficit).
+    """
     cycle_time_s: float = 0.001
-    distributed_clocks: bool = False
+    distributed_clocks: object = "auto"
     wkc_error_budget: int = 3       # consecutive working-counter drops tolerated
     lost_frame_budget: int = 5      # lost frames tolerated within lost_frame_window cycles
     lost_frame_window: int = 1000
+    sync0_shift_s: float = 0.0005
+    dc_frame_offset_s: float = 0.00005
+    watchdog_s: float = 0.1
+    receive_timeout_frac: float = 0.6
+    al_check_cycles: int = 10
 
 
 @dataclass(frozen=True)
@@ -100,15 +129,27 @@ class SafetyConfig:
     torque_margin_frac, torque_margin_coulomb: margins of the pre-move motor-torque bound
         (:mod:`robot.torque_bound`): bound = (1 + frac) * nominal + coulomb * Coulomb level, for
         the position loop's transients around the commanded motion.
+    fault_reset: "never" (default: a drive already in FAULT at start refuses the run, naming
+        its 0x603F error code) or "on_start" (reset it once while enabling).
+    brake_delay_s: in the stop sequence, time between disable operation (0x07, brake engages)
+        and shutdown (0x06, power off) per drive [s].
+    start_pose_tolerance_rad: the pose read at bring-up may differ from the trajectory's start
+        pose by at most this much per joint [rad] (else refused before enabling).
+    following_error_timeout_s: drive-side following error timeout, written to 0x6066 [s]; the
+        window 0x6065 is following_error_max_rad in counts.
     """
     following_error_max_rad: float = 0.05
     position_step_max_rad: float = 0.005
     hold_cycles: int = 50
-    stall_cycles: int = 20
+    stall_cycles: int = 100
     confirm_cycles: int = 20
     approach_speed_frac: float = 0.2
     torque_margin_frac: float = 0.25
     torque_margin_coulomb: float = 1.0
+    fault_reset: str = "never"            # "never" | "on_start": reset a drive fault found at start
+    brake_delay_s: float = 0.1            # disable operation (0x07) -> shutdown (0x06) delay
+    start_pose_tolerance_rad: float = 0.5  # |pose read at bring-up - trajectory start| allowed
+    following_error_timeout_s: float = 0.01   # drive-side following error (0x6066)
 
 
 @dataclass(frozen=True)
@@ -180,14 +221,30 @@ def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
 
     b = raw.get("bus", {}) or {}
     bd = BusConfig()
+    dcv = b.get("distributed_clocks", bd.distributed_clocks)
+    if dcv not in (True, False, "auto"):
+        raise ConfigError(f"{where}: bus.distributed_clocks must be auto, true or false, got {dcv!r}")
     bus = BusConfig(
         cycle_time_s=num(b, "cycle_time_s", "bus", positive=True, default=bd.cycle_time_s),
-        distributed_clocks=bool(b.get("distributed_clocks", bd.distributed_clocks)),
+        distributed_clocks=dcv,
+        sync0_shift_s=num(b, "sync0_shift_s", "bus", default=bd.sync0_shift_s),
+        dc_frame_offset_s=num(b, "dc_frame_offset_s", "bus", default=bd.dc_frame_offset_s),
+        watchdog_s=num(b, "watchdog_s", "bus", positive=True, default=bd.watchdog_s),
+        receive_timeout_frac=num(b, "receive_timeout_frac", "bus", positive=True,
+                                 default=bd.receive_timeout_frac),
+        al_check_cycles=num(b, "al_check_cycles", "bus", int, True, default=bd.al_check_cycles),
         wkc_error_budget=num(b, "wkc_error_budget", "bus", int, default=bd.wkc_error_budget),
         lost_frame_budget=num(b, "lost_frame_budget", "bus", int, default=bd.lost_frame_budget),
         lost_frame_window=num(b, "lost_frame_window", "bus", int, True, default=bd.lost_frame_window))
     if not 1e-4 <= bus.cycle_time_s <= 0.1:
         raise ConfigError(f"{where}: bus.cycle_time_s={bus.cycle_time_s} outside [1e-4, 0.1] s")
+    if not bus.receive_timeout_frac < 1:
+        raise ConfigError(f"{where}: bus.receive_timeout_frac={bus.receive_timeout_frac} must be < 1 "
+                          f"(a lost frame may cost at most one cycle)")
+    if not 0 <= bus.sync0_shift_s < bus.cycle_time_s or not 0 <= bus.dc_frame_offset_s < bus.cycle_time_s:
+        raise ConfigError(f"{where}: bus.sync0_shift_s / dc_frame_offset_s must be in [0, cycle_time_s)")
+    if not 2 * bus.cycle_time_s <= bus.watchdog_s <= 6.5:
+        raise ConfigError(f"{where}: bus.watchdog_s={bus.watchdog_s} outside [2 cycles, 6.5 s]")
 
     ident = sect("identity")
     vendor = num(ident, "vendor_id", "identity", int)
@@ -238,7 +295,11 @@ def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
         lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
         if not lo <= v <= hi:
             raise ConfigError(f"{where}: {ctx}.value={v} does not fit {s['type']}")
-        sdos.append(StartupSdo(num(s, "index", ctx, int), num(s, "sub", ctx, int, default=0), s["type"], v))
+        opt = s.get("optional", False)
+        if not isinstance(opt, bool):
+            raise ConfigError(f"{where}: {ctx}.optional must be true or false, got {opt!r}")
+        sdos.append(StartupSdo(num(s, "index", ctx, int), num(s, "sub", ctx, int, default=0), s["type"], v,
+                               opt))
 
     dl = raw.get("drives")
     if not isinstance(dl, list) or not dl:
@@ -258,6 +319,9 @@ def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
         sign = num(d, "sign", ctx, int, default=1)
         if sign not in (1, -1):
             raise ConfigError(f"{where}: {ctx}.sign must be +1 or -1, got {sign}")
+        enc = d.get("position_encoder", "link")
+        if enc not in ("link", "motor"):
+            raise ConfigError(f"{where}: {ctx}.position_encoder must be 'link' or 'motor', got {enc!r}")
         drives.append(DriveConfig(
             joint=joint, sign=sign,
             encoder_counts_per_rev=num(d, "encoder_counts_per_rev", ctx, int, True),
@@ -265,7 +329,8 @@ def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
             torque_constant_Nm_A=num(d, "torque_constant_Nm_A", ctx, positive=True),
             rated_torque_Nm=num(d, "rated_torque_Nm", ctx, positive=True),
             rated_current_A=num(d, "rated_current_A", ctx, positive=True),
-            joint_torque_scale_Nm=num(d, "joint_torque_scale_Nm", ctx, positive=True)))
+            joint_torque_scale_Nm=num(d, "joint_torque_scale_Nm", ctx, positive=True),
+            position_encoder=enc))
 
     s = raw.get("safety", {}) or {}
     sd = SafetyConfig()
@@ -281,7 +346,18 @@ def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
                                 default=sd.approach_speed_frac),
         torque_margin_frac=num(s, "torque_margin_frac", "safety", default=sd.torque_margin_frac),
         torque_margin_coulomb=num(s, "torque_margin_coulomb", "safety",
-                                  default=sd.torque_margin_coulomb))
+                                  default=sd.torque_margin_coulomb),
+        fault_reset=s.get("fault_reset", sd.fault_reset),
+        brake_delay_s=num(s, "brake_delay_s", "safety", default=sd.brake_delay_s),
+        start_pose_tolerance_rad=num(s, "start_pose_tolerance_rad", "safety", positive=True,
+                                     default=sd.start_pose_tolerance_rad),
+        following_error_timeout_s=num(s, "following_error_timeout_s", "safety", positive=True,
+                                      default=sd.following_error_timeout_s))
+    if safety.fault_reset not in ("never", "on_start"):
+        raise ConfigError(f"{where}: safety.fault_reset must be 'never' or 'on_start', got "
+                          f"{safety.fault_reset!r}")
+    if not 0 <= safety.brake_delay_s <= 5:
+        raise ConfigError(f"{where}: safety.brake_delay_s={safety.brake_delay_s} outside [0, 5] s")
     for key in ("torque_margin_frac", "torque_margin_coulomb"):
         if getattr(safety, key) < 0:
             raise ConfigError(f"{where}: safety.{key} must be >= 0, got {getattr(safety, key)!r}")
@@ -302,14 +378,16 @@ class HardwareSettings:
     default). dry_run: bring the bus up and run every check, never enable. config: drive
     configuration YAML. limit_scale: fraction of the arm's qd/qdd/tau limits the run may use.
     position_margin_rad: kept clear of each position limit. record_dir: folder for the streamed
-    chunks (default: a new temporary folder). record_rate_hz: rate of the returned recording
+    chunks; every run gets its own sub-folder ``run<k>_<time>`` (default: ./twinid-hardware;
+    the pipeline passes <run folder>/recordings). record_rate_hz: rate of the returned recording
     (default: the cycle rate; must divide it). torque_feedforward: send the rigid-body inverse
     dynamics of the plan (arm + payload) as torque_offset. complete_access: PDO mapping by CoE complete access.
-    receive_timeout_us: process-data receive timeout (default: one cycle). enable_timeout_s:
+    receive_timeout_us: process-data receive timeout (default: bus.receive_timeout_frac of the
+    cycle; must stay below the cycle). enable_timeout_s:
     time allowed to enable all drives. watchdog_s: the parent stops a loop that makes no progress
     this long. bringup_timeout_s: time allowed to reach OP. dwell_s: rest before/after the
-    trajectory. allow_fault_reset: reset drive faults present when enabling. realtime: run the
-    loop process SCHED_FIFO when permitted (falls back silently; reported). fault_policy:
+    trajectory. realtime: run the
+    loop process SCHED_FIFO when permitted (a loud warning when not granted). fault_policy:
     {fault name: "hold" | "disable"} overrides of robot.safety.DEFAULT_POLICY.
 
     The interlock is part of the settings: :meth:`refusal` tells at load time whether a run would
@@ -330,7 +408,6 @@ class HardwareSettings:
     watchdog_s: float = 1.0
     bringup_timeout_s: float = 30.0
     dwell_s: float = 0.5
-    allow_fault_reset: bool = True
     realtime: bool = True
     fault_policy: dict = field(default_factory=dict)
 
@@ -349,7 +426,7 @@ class HardwareSettings:
                 kw[k] = None if k in ("iface", "config", "record_dir", "record_rate_hz",
                                       "receive_timeout_us") else known[k].default
                 continue
-            if k in ("armed", "dry_run", "torque_feedforward", "complete_access", "allow_fault_reset",
+            if k in ("armed", "dry_run", "torque_feedforward", "complete_access",
                      "realtime"):
                 if not isinstance(v, bool):
                     raise ValueError(f"hardware setting {k} must be true or false, got {v!r}")

@@ -24,7 +24,7 @@ import numpy as np
 
 from identify.model.robot_model import Limits
 
-from . import cia402
+from .drive import cia402
 
 
 class SafetyError(RuntimeError):
@@ -156,6 +156,11 @@ class Fault(str, Enum):
     STALLED_LOOP = "stalled_loop"
     ENABLE_TIMEOUT = "enable_timeout"
     ABORTED = "aborted"
+    DRIVE_DISABLED = "drive_disabled"    # left OPERATION ENABLED without a fault (STO, quick stop)
+    MODE_CHANGED = "mode_changed"        # 0x6061 no longer shows CSP
+    AL_STATE = "al_state"                # a slave left OP / shows an AL status code
+    RECORD_FAILED = "record_failed"      # the parent could not write the recording
+    SIGNAL = "signal"                    # SIGTERM / SIGHUP / SIGINT to the parent
 
 
 # What to do on each fault: "hold" (hold the last measured pose for hold_cycles, then disable in
@@ -170,6 +175,11 @@ DEFAULT_POLICY = {
     Fault.STALLED_LOOP: "hold",
     Fault.ENABLE_TIMEOUT: "disable",
     Fault.ABORTED: "hold",
+    Fault.DRIVE_DISABLED: "hold",      # the others hold; the disabled drive's brake holds its axis
+    Fault.MODE_CHANGED: "disable",
+    Fault.AL_STATE: "hold",
+    Fault.RECORD_FAILED: "hold",
+    Fault.SIGNAL: "hold",
 }
 
 
@@ -215,10 +225,16 @@ class FaultMonitor:
 
     def update(self, cycle: int, wkc: int, expected_wkc: int, statusword=None, error_code=None,
                q=None, qd=None, q_cmd=None, late_periods: float = 0.0, lost_slaves=(),
-               check_following: bool = True) -> FaultEvent | None:
+               check_following: bool = True, expect_enabled: bool = False,
+               mode=None) -> FaultEvent | None:
         """One cycle's observations (arrays (n,) in joint order; q/qd [rad, rad/s]; q_cmd the
         command the drives are following [rad]). Data from a cycle whose frame was lost or whose
-        working counter is short are not trusted for the state checks."""
+        working counter is short are not trusted for the state checks.
+
+        expect_enabled: every drive must be in OPERATION ENABLED (the full statusword state is
+        checked: a drive that leaves it without a fault -- STO, drive-side quick stop, switch-on
+        disabled -- is a DRIVE_DISABLED fault, also at standstill). mode: 0x6061 per drive; any
+        value other than CSP (8) is a MODE_CHANGED fault."""
         if self.fired is not None:
             return None
         if late_periods > self.stall_cycles:
@@ -256,6 +272,17 @@ class FaultMonitor:
                 return self._fire(Fault.DRIVE_FAULT, cycle,
                                   f"cycle {cycle}: drive fault on {', '.join(names)} (statusword "
                                   f"{int(np.asarray(statusword)[j]):#06x}{ec})")
+            if expect_enabled:
+                ev = self._left_enabled(cycle, statusword)
+                if ev is not None:
+                    return ev
+        if mode is not None:
+            bad = np.asarray(mode) != cia402.MODE_CSP
+            if bad.any():
+                j = int(np.argmax(bad))
+                return self._fire(Fault.MODE_CHANGED, cycle,
+                                  f"cycle {cycle}: joint {self.joint_names[j]} reports mode of "
+                                  f"operation {int(np.asarray(mode)[j])} (0x6061), not CSP (8)")
         if q is not None and self.limits is not None:
             lim = self.limits
             bad = (q < lim.q_min) | (q > lim.q_max)
@@ -278,40 +305,60 @@ class FaultMonitor:
         return None
 
 
-class StopSequence:
-    """The defined safe stop, one :meth:`step` per cycle.
+    def _left_enabled(self, cycle, statusword):
+        st = cia402.decode_state(statusword)
+        off = st != cia402.State.OPERATION_ENABLED
+        if not off.any():
+            return None
+        parts = []
+        for j in np.flatnonzero(off):
+            parts.append(f"{self.joint_names[j]} is {cia402.explain_state(int(st[j]))} "
+                         f"(statusword {int(np.asarray(statusword)[j]):#06x})")
+        return self._fire(Fault.DRIVE_DISABLED, cycle,
+                          f"cycle {cycle}: drive left OPERATION ENABLED without a fault: "
+                          + "; ".join(parts))
 
-    Phase 1 (policy "hold"): ``hold_cycles`` cycles with enabled drives commanded to `hold_q`
-    (the last measured pose). Phase 2: disable voltage (0x00) to one more drive per cycle, in
-    `order` (default: distal joint first, base last), the others keep holding. Phase 3: at most
-    ``confirm_cycles`` cycles waiting for every statusword to report a powerless state.
+
+class StopSequence:
+    """The defined safe stop, one :meth:`step` per cycle (controlwords in joint order).
+
+    1. halt (policy "hold"): ``hold_cycles`` cycles with the drives enabled (0x0F) and commanded
+       to `hold_q` (the last valid measured pose) -- in CSP, holding the pose is the halt;
+    2. per drive, in `order` (default distal joint first, base last), one drive starting per
+       cycle: disable operation (0x07, OPERATION ENABLED -> SWITCHED ON: the drive engages its
+       brake and still holds torque) for ``brake_cycles`` cycles (the configured brake delay),
+       then shutdown (0x06, -> READY TO SWITCH ON: power off);
+    3. at most ``confirm_cycles`` cycles waiting for every statusword to report a powerless state.
     ``done`` after at most :attr:`max_cycles` steps, whatever the drives report.
     """
 
     def __init__(self, n: int, hold_q: np.ndarray, hold_cycles: int, confirm_cycles: int,
-                 policy: str = "hold", order: list[int] | None = None):
+                 policy: str = "hold", order: list[int] | None = None, brake_cycles: int = 1):
         if policy not in ("hold", "disable"):
             raise ValueError(f"stop policy must be 'hold' or 'disable', got {policy!r}")
         self.n = n
         self.hold_q = np.array(hold_q, float)
         self.hold_cycles = int(hold_cycles) if policy == "hold" else 0
+        self.brake_cycles = max(1, int(brake_cycles))
         self.confirm_cycles = int(confirm_cycles)
         self.order = list(order) if order is not None else list(range(n - 1, -1, -1))
+        self._rank = np.empty(n, int)
+        self._rank[self.order] = np.arange(n)
         self.k = 0
         self.done = False
         self.confirmed = False
 
     @property
     def max_cycles(self) -> int:
-        return self.hold_cycles + self.n + self.confirm_cycles
+        return self.hold_cycles + self.n + self.brake_cycles + self.confirm_cycles
 
     def step(self, statusword=None) -> tuple[np.ndarray, np.ndarray]:
         """Next (controlword (n,) int, target q (n,) rad) in joint order; sets `done`."""
-        cw = np.full(self.n, cia402.CW_ENABLE_OPERATION, dtype=np.int64)
-        m = self.k - self.hold_cycles + 1   # drives disabled so far (incl. this cycle)
-        if m > 0:
-            cw[self.order[:min(m, self.n)]] = cia402.CW_DISABLE_VOLTAGE
-        if statusword is not None and m >= self.n:
+        m = self.k - self.hold_cycles - self._rank      # cycles since each drive's turn began
+        cw = np.where(m < 0, cia402.CW_ENABLE_OPERATION,
+                      np.where(m < self.brake_cycles, cia402.CW_SWITCH_ON, cia402.CW_SHUTDOWN))
+        cw = cw.astype(np.int64)
+        if statusword is not None and np.all(m >= self.brake_cycles):
             if np.all(cia402.is_disabled(statusword)):
                 self.confirmed = True
                 self.done = True

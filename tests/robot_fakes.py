@@ -8,23 +8,26 @@ import time
 
 import numpy as np
 
-from robot.pdo import PdoLayout
-from robot.units import make_units
+from robot.drive.pdo import PdoLayout
+from robot.drive.units import make_units
 
-SW = {"disabled": 0x0250, "ready": 0x0231, "on": 0x0233, "enabled": 0x0637, "fault": 0x0218}
+SW = {"disabled": 0x0250, "ready": 0x0231, "on": 0x0233, "enabled": 0x0637, "fault": 0x0218,
+      "quickstop": 0x0217}
 
 
 class FakeBus:
-    """faults: list of dicts {"kind": drive_fault|drop_frames|stop_answering|stall|freeze,
+    """faults: list of dicts {"kind": drive_fault|drop_frames|stop_answering|stall|freeze|sto|quick_stop,
     "at": enabled-cycle index, "slave": 0-based, "count": frames, "seconds": stall}."""
 
     def __init__(self, cfg, iface, *, complete_access=False, receive_timeout_us=None,
-                 faults=(), q0=None, lag_s=0.004, echo_torque=False):
+                 faults=(), q0=None, lag_s=0.004, echo_torque=False, ignore_mode=False,
+                 start_fault=None):
         self.cfg, self.layout = cfg, PdoLayout.from_config(cfg)
         self.n = cfg.n_drives
         self.units = make_units(cfg)
         self.expected_wkc = 3 * self.n
         self.faults = list(faults)
+        self.ignore_mode = ignore_mode   # the drives never show CSP in 0x6061
         self.echo_torque = echo_torque   # torque_actual := the torque_offset received this cycle
         self.alpha = 1 - np.exp(-cfg.bus.cycle_time_s / lag_s)
         q0 = np.zeros(self.n) if q0 is None else np.asarray(q0, float)
@@ -36,6 +39,9 @@ class FakeBus:
         self.drop = 0
         self.silent = set()
         self.frozen = set()
+        if start_fault is not None:      # (slave, error code): in FAULT before the run
+            self.state[start_fault[0]] = "fault"
+            self.err[start_fault[0]] = start_fault[1]
         self.inp = self.layout.decode(self.layout.encode_inputs(np.zeros(self.n, self.layout.tx)))
 
     def open(self):
@@ -50,6 +56,18 @@ class FakeBus:
     def al_report(self):
         return "fake bus"
 
+    def read_states(self):
+        return [(0 if k in self.silent else 8, 0) for k in range(self.n)]
+
+    def al_faults(self):
+        return None
+
+    def read_emergencies(self, k):
+        return []
+
+    def bus_report(self):
+        return {"iface": "fake", "slaves": [{"position": k + 1} for k in range(self.n)]}
+
     def lost_slaves(self):
         return [f"slave {k + 1} ({self.cfg.drives[k].joint})" for k in sorted(self.silent)]
 
@@ -57,6 +75,8 @@ class FakeBus:
         st, prev = self.state[k], self.prev_cw[k]
         if st == "fault":
             return "disabled" if (cw & 0x80) and not (prev & 0x80) else st
+        if st == "quickstop":
+            return st
         if (cw & 0x02) == 0:
             return "disabled"
         if st == "disabled" and (cw & 0x87) == 0x06:
@@ -67,6 +87,8 @@ class FakeBus:
             return "enabled"
         if st == "enabled" and (cw & 0x8F) == 0x07:
             return "on"
+        if st in ("on", "enabled") and (cw & 0x87) == 0x06:
+            return "ready"
         return st
 
     def exchange(self, out):
@@ -88,6 +110,8 @@ class FakeBus:
                         time.sleep(f["seconds"])
                     elif f["kind"] == "freeze":
                         self.frozen.add(f["slave"])
+                    elif f["kind"] in ("sto", "quick_stop"):
+                        self.state[f["slave"]] = "disabled" if f["kind"] == "sto" else "quickstop"
             self.k_enabled += 1
         if self.drop > 0:
             self.drop -= 1
@@ -103,6 +127,7 @@ class FakeBus:
             new[k]["statusword"] = SW[self.state[k]]
             new[k]["position_actual"] = int(round(self.pos[k]))
             new[k]["error_code"] = self.err[k]
+            new[k]["modes_of_operation_display"] = 0 if self.ignore_mode else out[k]["modes_of_operation"]
             new[k]["torque_actual"] = out[k]["torque_offset"] if self.echo_torque else 10 * (k + 1)
             new[k]["current_actual"] = -5 * (k + 1)
             new[k]["joint_torque"] = 1000 * (k + 1)

@@ -575,10 +575,17 @@ def test_bus_scaling_against_config(cfg):
     d.feedback(0.5, -1.25, 2.0, 12.3456)
     assert d.od.value(0x6064) == round(0.5 / (2 * math.pi) * s.encoder_counts_per_rev)
     assert d.od.value(0x606C) == round(-1.25 / (2 * math.pi) * s.encoder_counts_per_rev)
-    assert d.od.value(0x6077) == round(2.0 * s.gear_ratio * s.torque_constant_Nm_A / s.rated_torque_Nm * 1000)
+    # 0x6076 is the MOTOR rated torque in mN*m; the per-mille torque refers to it x gear ratio
+    assert d.od.value(0x6076) == round(s.rated_torque_Nm / s.gear_ratio * 1000) == 396
+    rated_link = 396e-3 * s.gear_ratio
+    assert d.od.value(0x6077) == round(2.0 * s.gear_ratio * s.torque_constant_Nm_A / rated_link * 1000)
     assert d.od.value(0x6078) == round(2.0 / s.rated_current_A * 1000)
     assert d.od.value(0x2001) == 12346
-    assert d.od.value(0x6076) == round(s.rated_torque_Nm * 1000)
+    # units objects: link-side encoder of 2^20 counts = 2^20/101 counts per motor revolution
+    assert (d.od.value(0x608F, 1), d.od.value(0x608F, 2)) == (s.encoder_counts_per_rev, 101)
+    assert (d.od.value(0x6091, 1), d.od.value(0x6091, 2)) == (101, 1)
+    assert (d.od.value(0x6092, 1), d.od.value(0x6092, 2)) == (s.encoder_counts_per_rev, 1)
+    assert d.od.value(0x2003) == 2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -81,13 +81,19 @@ class SineTraj:
 TRAJ = SineTraj(np.zeros(6), [0.2, 0.15, -0.15, 0.25, 0.25, 0.3], 2 * np.pi / 1.5, 1.5)
 
 
-def master_config(tmp_path, stall_cycles=200):
-    """The drive configuration with a looser stall limit: this shared CI machine (2 vCPUs, other
-    jobs, host steal time) pauses processes for tens of ms, which is not what these tests are
-    about; the stall test below pauses the loop for longer than this limit on purpose."""
+def master_config(tmp_path, stall_cycles=None, bus=None):
+    """The drive configuration as shipped (its default stall limit, 100 cycles, must survive this
+    shared 2-core machine: the loop runs SCHED_FIFO with gc off and memory locked), except the
+    lost-frame budget: the receive timeout is 0.6 ms, and on this loaded VM the veth delivery to
+    the emulator (softirq work, host steal) is sometimes delayed by 1-3 ms -- about one frame in
+    a thousand, in bursts -- which real ESCs never do; 20 per 1000 cycles here instead of 5. The
+    lost-frame tests drop 30 frames."""
     import yaml
     raw = yaml.safe_load(CONFIG.read_text())
-    raw.setdefault("safety", {})["stall_cycles"] = stall_cycles
+    if stall_cycles is not None:
+        raw.setdefault("safety", {})["stall_cycles"] = stall_cycles
+    raw["bus"]["lost_frame_budget"] = 20
+    raw["bus"].update(bus or {})
     path = tmp_path / "ethercat.yaml"
     path.write_text(yaml.safe_dump(raw))
     return str(path)
@@ -178,7 +184,8 @@ def test_sdo_abort_refused(veth, emulator):
     from robot.config import load_config
     proc = emulator()
     proc.inject("sdo_abort", index=0x6060)
-    with pytest.raises(BusError, match=r"slave 1 \(joint1\): SDO write 0x6060:0 failed \(abort code 0x08000020"):
+    with pytest.raises(BusError, match=r"slave 1 \(joint1\): SDO write 0x6060:0 \(modes of operation\) "
+                                        r"failed: abort code 0x08000020 \(data cannot be transferred"):
         EthercatBus(load_config(CONFIG), veth[0]).open()
 
 
@@ -188,15 +195,24 @@ def test_csp_tracking_matches_emulator_truth(veth, emulator, tmp_path):
     be = backend(veth, tmp_path, record_rate_hz=1000.0)
     rec = be.run(TRAJ)
     truth = proc.truth()
-    assert rec.n_samples == 1500 and rec.joint_names == NAMES
-    np.testing.assert_allclose(rec.q_cmd, TRAJ.evaluate(rec.t)[0], atol=1e-9)
+    # rows of lost frames are left out of the returned recording (listed in meta)
+    assert rec.n_samples + len(rec.meta["dropped_samples"]) == rec.meta["n_grid_samples"] == 1500
+    assert rec.joint_names == NAMES
+    grid = np.setdiff1d(np.arange(1500), rec.meta["dropped_samples"])
+    nominal = grid * 1e-3                                            # command k at k * dt
+    np.testing.assert_allclose(rec.q_cmd, TRAJ.evaluate(nominal)[0], atol=1e-9)
+    # rec.t: monotonic acquisition times (not row x period); late rows flagged
+    assert np.all(np.diff(rec.t) > 0) and rec.late.shape == rec.t.shape
+    assert abs(np.median(np.diff(rec.t)) - 1e-3) < 2e-4
     assert np.max(np.abs(rec.q - rec.q_cmd)) < 0.02                  # CSP tracking on the twin
     st = be.last_stream
     # align the master's rows with the emulator's periods through the measured encoder counts
     # (moving, so the alignment is unique), then compare every channel at that alignment
     lsb = 2 * np.pi / 2**20
     nt = truth["q_meas"].shape[0]
-    a = np.arange(be.last_summary["run_row0"], st.n_samples - 100)   # drives enabled
+    enabled = np.all((st.status & 0x6F) == 0x27, axis=1)
+    last_en = int(np.flatnonzero(enabled)[-1])
+    a = np.arange(be.last_summary["run_row0"], last_en - 1)           # drives enabled
     # rows whose frame came back in time (a late answer -- this shared machine can pause the
     # emulator -- leaves the previous inputs in the process image; the loop counts it as lost)
     wkc = np.load(Path(be.last_summary["record_dir"]) / "bus.npz")["wkc"]
@@ -216,9 +232,24 @@ def test_csp_tracking_matches_emulator_truth(veth, emulator, tmp_path):
     r = np.arange(a[0] + 1, a[-1])           # commands reach the emulator even if answers are late
     assert np.max(np.abs(truth["q_cmd"][r + offs[0] + 1] - st.q_cmd[r + 1])) <= lsb / 2 + 1e-9
     s = be.last_summary
-    assert s["fault"] is None and s["stop_confirmed"] and s["lost_frames"] <= 5
-    assert a.size > 0.99 * (st.n_samples - 100 - s["run_row0"])
-    assert all(x["drive_state"] == "switch on disabled" for x in proc.status()["slaves"])
+    assert s["fault"] is None and s["stop_confirmed"] and s["lost_frames"] <= 20     # see master_config
+    assert a.size > 0.99 * (last_en - 1 - s["run_row0"])
+    status = proc.status()
+    assert all(x["drive_state"] == "ready to switch on" for x in status["slaves"])
+    check_ordered_stop(status, range(6))
+    # distributed clocks on by default: SYNC0 every cycle with the configured 0.5 ms shift
+    assert s["distributed_clocks"] is True
+    assert all(x["sync0"]["active"] and x["sync0"]["cycle_ns"] == 1_000_000
+               and x["sync0"]["shift_ns"] == 500_000 for x in status["slaves"]), status["slaves"][0]["sync0"]
+    # SM watchdog programmed on every slave (0x0400/0x0420, read back by the emulator)
+    assert all(abs(x["watchdog_s"] - 0.1) < 1e-3 for x in status["slaves"])
+    # drive-side following error window 0x6065 written from safety.following_error_max_rad
+    assert all(x["following_window_counts"] == round(0.05 / (2 * np.pi) * 2**20) for x in status["slaves"])
+    # master cycle aligned to the DC reference clock: the frames' phase error in the DC cycle
+    # settles (median over the second half of the run; a loaded 2-core machine adds jitter)
+    dc_err = np.load(Path(s["record_dir"]) / "bus.npz")["dc_err_ns"]
+    half = dc_err[dc_err.size // 2:]
+    assert np.median(np.abs(half)) < 150_000, np.percentile(np.abs(half), [50, 90, 99])
 
 
 def test_dry_run_never_enables(veth, emulator, tmp_path):
@@ -231,14 +262,32 @@ def test_dry_run_never_enables(veth, emulator, tmp_path):
 
 # -- injected faults -------------------------------------------------------------------------------
 def _disable_cycles(status):
+    """Row at which each joint reaches a powerless state (ready to switch on after the shutdown
+    word, or switch on disabled) after having been enabled."""
     en = np.argmax((status & 0x6F) == 0x27, axis=0)
-    return [int(en[j] + np.argmax((status[en[j]:, j] & 0x4F) == 0x40)) for j in range(status.shape[1])]
+    off = ((status & 0x6F) == 0x21) | ((status & 0x4F) == 0x40)
+    return [int(en[j] + np.argmax(off[en[j]:, j])) for j in range(status.shape[1])]
+
+
+def check_ordered_stop(status, joints, brake_cycles=100):
+    """The emulator's own record of each drive's state transitions (independent of the master):
+    OPERATION ENABLED -> SWITCHED ON (disable operation, brake engages) -> READY TO SWITCH ON
+    (shutdown) at least `brake_cycles` later; distal joint first."""
+    t_off = []
+    for j in joints:
+        tr = status["slaves"][j]["transitions"]
+        on = [c for c, _t, a, b in tr if a == "operation enabled" and b == "switched on"]
+        off = [c for c, _t, a, b in tr if a == "switched on" and b == "ready to switch on"]
+        assert on and off, (j, tr[-6:])
+        assert off[-1] - on[-1] >= brake_cycles, (j, on[-1], off[-1])
+        t_off.append(on[-1])
+    assert t_off == sorted(t_off, reverse=True), t_off
 
 
 @pytest.mark.parametrize("kind, kwargs, expect", [
     ("drive_fault", {"slave": 2}, "drive_fault"),
-    ("drop_frames", {"count": 12}, "lost_frames"),
-    ("corrupt_frames", {"count": 12}, "lost_frames"),
+    ("drop_frames", {"count": 30}, "lost_frames"),
+    ("corrupt_frames", {"count": 30}, "lost_frames"),
     ("stop_answering", {"slave": 4}, "slave_lost"),
 ])
 def test_injected_fault_safe_stop(veth, emulator, tmp_path, kind, kwargs, expect):
@@ -254,25 +303,31 @@ def test_injected_fault_safe_stop(veth, emulator, tmp_path, kind, kwargs, expect
     assert err.fault == expect, s
     rec = err.recording
     assert rec.n_samples == s["rows"] and err.path.exists()       # every cycle recorded, on disk
-    np.testing.assert_allclose(np.diff(rec.t), 1e-3)
+    assert np.all(np.diff(rec.t) > 0)                             # real acquisition times
     assert s["stop_cycles"] <= s["stop_bound"] and rec.n_samples - s["fault_cycle"] <= s["stop_bound"] + 1
     answering = [j for j in range(6) if not (kind == "stop_answering" and j == 4)
                  and not (kind == "drive_fault" and j == 2)]
     order = [_disable_cycles(rec.status)[j] for j in answering]
     assert order == sorted(order, reverse=True)                    # distal joint first
-    slaves = proc.status()["slaves"]
+    st = proc.status()
+    slaves = st["slaves"]
     for j in answering:
         assert slaves[j]["drive_state"] in ("switch on disabled", "ready to switch on"), slaves[j]
+    check_ordered_stop(st, answering)
     if kind == "drive_fault":
         assert slaves[2]["drive_state"] == "fault" and "joint3" in str(err)
+        # the drive's CoE emergency (sent by the emulator on the fault) is read and recorded
+        assert slaves[2]["emergencies_sent"] == 1
+        assert [(e["joint"], e["error_code"]) for e in s["emergencies"]] == [("joint3", 0x2310)], s["emergencies"]
+        assert "CoE emergencies: joint3 error code 0x2310" in str(err)
 
 
 def test_stalled_loop_detected_and_stopped(veth, emulator, tmp_path):
-    """SIGSTOP the loop process for 0.35 s mid-run (stall limit 200 cycles): the loop sees the
-    stall on resuming and stops in order (the drives' watchdog is set longer than the pause)."""
+    """SIGSTOP the loop process for 0.35 s mid-run (stall limit 100 cycles): the loop sees the
+    stall on resuming and stops in order (the SM watchdog is programmed longer than the pause)."""
     from robot.backend import RunStopped
-    emulator(watchdog_s=3.0)
-    be = backend(veth, tmp_path)
+    emulator()
+    be = backend(veth, tmp_path, config=master_config(tmp_path, bus={"watchdog_s": 1.0}))
 
     def stall():
         pid = be.loop_pid
@@ -336,12 +391,18 @@ def test_identification_over_bus_matches_twin(veth, emulator, tmp_path):
     s_twin1 = _scenario("twin", twin={"sample_rate_hz": 100, "seed": 1})
     ident["twin1"] = identify_recordings(s_twin1, model, record(s_twin1, traj, model=model, show=False))
     q0 = traj["excitation"][0].evaluate(np.zeros(1))[0][0]
-    emulator("twin", twin_settings={"seed": 0}, q0=q0, record_truth=False)
+    # the drives run on wall time as DC-synchronised drives do, so the twin's time matches the
+    # master's acquisition time stamps (Recording.t) also across late cycles
+    emulator("twin", twin_settings={"seed": 0}, q0=q0, record_truth=False, clock="sync0")
     s_hw = _scenario("hardware", hardware={
-        "iface": veth[0], "armed": True, "config": master_config(tmp_path),
+        "iface": veth[0], "armed": True,
+        # PyBullet steps behind the bus on this loaded VM: late answers count as lost frames
+        "config": master_config(tmp_path, bus={"lost_frame_budget": 100}),
         "options": {"record_rate_hz": 100, "record_dir": str(tmp_path / "rec"), "dwell_s": 0.3}})
     recs = record(s_hw, traj, model=model, show=False)
-    assert recs["excitation"].rate_hz == 100 and recs["excitation"].n_samples == 600
+    ex = recs["excitation"]
+    assert ex.rate_hz == 100 and ex.n_samples + len(ex.meta["dropped_samples"]) == 600
+    assert len(ex.meta["dropped_samples"]) <= 6
     ident["hw"] = identify_recordings(s_hw, model, recs)
 
     def zmax(a, b, name):

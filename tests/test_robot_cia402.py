@@ -3,8 +3,8 @@ against an independent transition table of the drive (IEC 61800-7-201, figure of
 import numpy as np
 import pytest
 
-from robot import cia402
-from robot.cia402 import State
+from robot.drive import cia402
+from robot.drive.cia402 import State
 
 # statusword examples per state (with extra irrelevant bits set, e.g. voltage enabled 0x10,
 # remote 0x200, target reached 0x400)

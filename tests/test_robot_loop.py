@@ -1,6 +1,8 @@
 """The cyclic loop process and the hardware backend against a scripted test double of the bus
 (tests/robot_fakes.py): completed run, refusal without arming, and the fault policy -- every
 injected fault ends in the defined stop within its cycle bound with every sample recorded."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -25,6 +27,20 @@ class SineTraj:
 
 
 TRAJ = SineTraj(np.array([0.2, 0.1, -0.1, 0.2, 0.2, 0.3]), 2 * np.pi / 1.5, 1.5)
+
+
+def nominal(rec):
+    """The command grid of a recording: sample k was commanded at k / rate (rec.t holds the real,
+    monotonic acquisition times)."""
+    return np.arange(rec.n_samples) / rec.rate_hz
+
+
+def check_time_base(rec, period):
+    """rec.t: real acquisition times, strictly increasing, on average one period apart; late
+    flags present (independent of the loop's own bookkeeping: the stamps are wall clock)."""
+    assert rec.t[0] >= 0 and np.all(np.diff(rec.t) > 0)
+    assert rec.late is not None and rec.late.shape == rec.t.shape
+    assert abs(np.median(np.diff(rec.t)) - period) < 0.2 * period
 
 
 def loose_config(tmp_path):
@@ -62,8 +78,8 @@ def test_completed_run_records_trajectory(tmp_path):
     be = backend(tmp_path)
     rec = be.run(TRAJ, periods=1)
     assert rec.rate_hz == 100.0 and rec.n_samples == 150 and rec.joint_names == [f"joint{k}" for k in range(1, 7)]
-    np.testing.assert_allclose(rec.t, np.arange(150) * 0.01, atol=1e-12)
-    q_ref, qd_ref, _ = TRAJ.evaluate(rec.t)
+    check_time_base(rec, 0.01)
+    q_ref, qd_ref, _ = TRAJ.evaluate(nominal(rec))
     np.testing.assert_allclose(rec.q_cmd, q_ref, atol=1e-9)
     # first-order lag of 4 ms: q lags q_cmd by about qd * 4 ms (+ one cycle)
     assert np.max(np.abs(rec.q - rec.q_cmd)) < 0.006
@@ -75,14 +91,24 @@ def test_completed_run_records_trajectory(tmp_path):
     assert s["fault"] is None and s["stop_confirmed"] and s["stop_cycles"] <= s["stop_bound"]
     stream = be.last_stream
     assert stream.n_samples == s["rows"]
-    assert np.all(stream.status[-1] == 0x0250)      # every drive disabled at the end
-    assert (tmp_path / "rec" / "stream.npz").exists() and len(list((tmp_path / "rec").glob("chunk_*.npz"))) >= 1
+    assert np.all(stream.status[-1] == 0x0231)      # every drive shut down (ready to switch on)
+    first = Path(s["record_dir"])
+    assert first.parent == tmp_path / "rec" and (first / "stream.npz").exists()
+    chunks = sorted(first.glob("chunk_*.npz"))
+    assert len(chunks) >= 1
+    # a second trajectory on the same backend gets its own folder; the first one's chunks stay
+    be.run(TRAJ, periods=1)
+    second = Path(be.last_summary["record_dir"])
+    assert second != first and (second / "stream.npz").exists()
+    assert sorted(first.glob("chunk_*.npz")) == chunks and (first / "stream.npz").exists()
 
 
 def disable_order(status):
-    """Cycle at which each joint first reports 'switch on disabled' after being enabled."""
+    """Cycle at which each joint first reports a powerless state ('ready to switch on' after the
+    shutdown word, or 'switch on disabled') after being enabled."""
     en = np.argmax(status == 0x0637, axis=0)
-    return [int(en[j] + np.argmax(status[en[j]:, j] == 0x0250)) for j in range(status.shape[1])]
+    off = (status == 0x0231) | (status == 0x0250)
+    return [int(en[j] + np.argmax(off[en[j]:, j])) for j in range(status.shape[1])]
 
 
 @pytest.mark.parametrize("fault, expect, policy_hold", [
@@ -102,7 +128,7 @@ def test_fault_ends_in_safe_stop_with_recording(tmp_path, fault, expect, policy_
     assert s["stop_cycles"] <= s["stop_bound"]
     rec = err.recording
     assert rec is not None and rec.n_samples == s["rows"] and err.path.exists()
-    np.testing.assert_allclose(np.diff(rec.t), DT)           # no sample missing
+    check_time_base(rec, DT)                                 # no sample missing, real stamps
     fc = s["fault_cycle"]
     assert rec.n_samples - fc <= s["stop_bound"] + 1         # stopped within the bound
     # the powered drives that still answer are disabled, distal first, one per cycle
@@ -113,6 +139,11 @@ def test_fault_ends_in_safe_stop_with_recording(tmp_path, fault, expect, policy_
     assert seq == sorted(seq, reverse=True)
     hold = 50 if policy_hold else 0
     assert min(seq) - fc >= hold
+    # stop order per drive: disable operation (switched on, brake engaging) for the configured
+    # brake delay (0.1 s = 100 cycles), then shutdown
+    assert s["brake_cycles"] == 100
+    for j in alive:
+        assert np.sum(rec.status[fc:, j] == 0x0233) >= s["brake_cycles"] - 1, j
     # after the fault the command goes to the last valid measured pose, never faster than the
     # per-cycle step limit, and stays there
     step = np.max(np.abs(np.diff(rec.q_cmd[fc:], axis=0)))
@@ -120,7 +151,7 @@ def test_fault_ends_in_safe_stop_with_recording(tmp_path, fault, expect, policy_
     if policy_hold and expect != "lost_frames":
         np.testing.assert_allclose(rec.q_cmd[-1], rec.q[fc], atol=1e-6)
     elif not policy_hold:   # disabled at once: the command moved at most one step per cycle
-        assert rec.n_samples - fc <= 6 + 20 + 1
+        assert rec.n_samples - fc <= 6 + s["brake_cycles"] + 20 + 1
 
 
 def test_abort_request_ends_in_safe_stop(tmp_path):
@@ -150,7 +181,7 @@ def test_abort_request_ends_in_safe_stop(tmp_path):
         be.run(TRAJ)
     th.join()
     assert e.value.fault == "aborted" and e.value.summary["stop_confirmed"]
-    assert np.all(e.value.recording.status[-1] == 0x0250)
+    assert np.all(e.value.recording.status[-1] == 0x0231)
     assert be.status() is None
 
 
@@ -172,7 +203,7 @@ def test_torque_feedforward_sent_per_mille(tmp_path):
     be = backend(tmp_path, bus_kwargs={"echo_torque": True}, torque_feedforward=True)
     rec = be.run(TRAJ)
     m = RobotModel.reference()
-    tau = m.inverse_dynamics(*TRAJ.evaluate(rec.t + 1e-3))
+    tau = m.inverse_dynamics(*TRAJ.evaluate(nominal(rec) + 1e-3))
     rated = np.array([70, 70, 40, 20, 20, 20.0])
     assert np.all(np.max(np.abs(rec.tau_m - tau), axis=0) <= rated / 2000 + 1e-9)
     assert np.max(np.abs(tau)) > 10                       # not trivially zero
@@ -239,10 +270,61 @@ def test_torque_feedforward_includes_payload(tmp_path):
     I_c = np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]])
     pm.inertias[pm.njoints - 1] = pm.inertias[pm.njoints - 1] + pin.Inertia(1.0, np.array(pl["com_m"]), I_c)
     pd = pm.createData()
-    q, qd, qdd = TRAJ.evaluate(rec.t + 1e-3)
+    q, qd, qdd = TRAJ.evaluate(nominal(rec) + 1e-3)
     tau = np.array([pin.rnea(pm, pd, q[k], qd[k], qdd[k]) for k in range(len(q))])
     rated = np.array([70, 70, 40, 20, 20, 20.0])
     assert np.all(np.max(np.abs(rec.tau_m - tau), axis=0) <= rated / 2000 + 1e-9)
     from identify import RobotModel
     bare = RobotModel.reference().inverse_dynamics(q, qd, qdd)
     assert np.max(np.abs(rec.tau_m[:, 1] - bare[:, 1])) > 2.0     # the payload is not negligible
+
+
+# -- CiA 402 supervision (fake bus; the same over veth in test_hardware_e2e) ---------------------
+@pytest.mark.parametrize("kind, state", [("sto", "SWITCH ON DISABLED"), ("quick_stop", "QUICK STOP ACTIVE")])
+def test_drive_leaving_enabled_without_fault_stops_the_run(tmp_path, kind, state):
+    """A drive that leaves OPERATION ENABLED without a fault (safe torque off, drive-side quick
+    stop) stops the run at once, named with its state -- here at standstill (the dwell before the
+    trajectory, cycle 30 of the enabled phase)."""
+    be = backend(tmp_path, faults=[{"kind": kind, "slave": 4, "at": 30}])
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    s = e.value.summary
+    assert e.value.fault == "drive_disabled"
+    assert f"joint5 is {state}" in s["message"]
+    run0 = s["run_row0"]
+    assert s["fault_cycle"] - run0 <= 31 + 2          # within a cycle or two of the event
+
+
+def test_mode_request_ignored_is_refused_before_enabling(tmp_path):
+    be = backend(tmp_path, bus_kwargs={"ignore_mode": True})
+    with pytest.raises(RunStopped, match=r"joint1 ignores the mode request: 0x6061 reads 0") as e:
+        be.run(TRAJ)
+    assert e.value.fault == "mode_changed"
+    assert not np.any(e.value.recording.status == 0x0637)      # never enabled
+
+
+def test_fault_at_start_reported_and_reset_only_on_request(tmp_path):
+    """A drive in FAULT at start: refused with its 0x603F code (fault_reset: never, the default);
+    with fault_reset: on_start it is reset and the run completes."""
+    from robot.safety import SafetyRefused
+    be = backend(tmp_path, bus_kwargs={"start_fault": (2, 0x2310)})
+    with pytest.raises(SafetyRefused, match=r"joint3: statusword 0x0218, error code 0x603F = 0x2310.*'never'"):
+        be.run(TRAJ)
+    import yaml
+    cfg = loose_config(tmp_path)
+    raw = yaml.safe_load(open(cfg))
+    raw["safety"]["fault_reset"] = "on_start"
+    cfg = str(tmp_path / "reset.yaml")
+    open(cfg, "w").write(yaml.safe_dump(raw))
+    be = backend(tmp_path, bus_kwargs={"start_fault": (2, 0x2310)}, config=cfg)
+    rec = be.run(TRAJ)
+    assert rec.n_samples == 150 and be.last_summary["fault"] is None
+
+
+def test_start_pose_checked_against_trajectory_start(tmp_path):
+    from robot.safety import SafetyRefused
+    q0 = np.zeros(6)
+    q0[3] = 0.8                                    # 0.8 rad away from the start (tolerance 0.5)
+    be = backend(tmp_path, bus_kwargs={"q0": q0})
+    with pytest.raises(SafetyRefused, match=r"joint joint4 at 0.8000 rad, start 0.0000 rad"):
+        be.run(TRAJ)

@@ -66,3 +66,46 @@ def test_armed_preflight_checks_files_and_payload(tmp_path):
     bad.write_text(Path(ARM["drives"]).read_text().replace("xi_sf: 0.18\n", "xi_sf: 0.9\n", 1))
     with pytest.raises(ValueError, match="joint2"):
         preflight({**ARM, "drives": str(bad)}, {"iface": "eth1", "armed": True})
+
+
+# -- interface problems and SDO error texts (no root, no bus) ------------------------------------
+def test_interface_problem_names_the_fix(monkeypatch):
+    from robot import bus
+    assert "no network interface named 'nope0'" in bus.interface_problem("nope0")
+    assert "set hardware.iface" in bus.interface_problem("")
+    monkeypatch.setattr(bus.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(bus, "_has_cap_net_raw", lambda: False)
+    msg = bus.interface_problem("lo")
+    assert "run as root" in msg and "setcap cap_net_raw" in msg
+
+
+def test_sdo_error_text_names_object_and_abort_meaning():
+    from robot.drive.drivecheck import sdo_error_text
+
+    class SdoError(Exception):
+        abort_code = 0x06020000
+
+    class WkcError(Exception):
+        pass
+    assert sdo_error_text("write", 0x60C2, 1, SdoError("x")) == (
+        "SDO write 0x60c2:1 (interpolation time period) failed: abort code 0x06020000 "
+        "(object does not exist in the object dictionary)")
+    t = sdo_error_text("write", 0x6060, 0, WkcError())
+    assert t.startswith("SDO write 0x6060:0 (modes of operation) failed: no mailbox answer") and "overloaded" in t
+
+
+def test_check_units_against_config():
+    import pytest as _pt
+    from robot.config import load_config
+    from robot.drive.drivecheck import DriveCheckError, check_units
+    d = load_config().drives[0]
+    good = {"encoder_increments": 1 << 20, "encoder_motor_revs": 101, "gear_motor_revs": 101,
+            "gear_shaft_revs": 1, "feed": 1 << 20, "feed_shaft_revs": 1, "rated_torque_mNm": 693,
+            "rated_current_mA": 5600, "position_source": 2}
+    assert check_units(d, good, "slave 1 (joint1)") == []
+    with _pt.raises(DriveCheckError, match=r"slave 1 \(joint1\).*gear ratio 0x6091 = 100"):
+        check_units(d, dict(good, gear_motor_revs=100), "slave 1 (joint1)")
+    with _pt.raises(DriveCheckError, match=r"motor rated torque 0x6076 = 700 mN\*m"):
+        check_units(d, dict(good, rated_torque_mNm=700), "slave 1 (joint1)")
+    notes = check_units(d, dict(good, position_source=None, rated_torque_mNm=None), "x")
+    assert "0x2003 position source not present" in notes and "0x6076 rated torque not present" in notes

@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robot import cia402
+from robot.drive import cia402
 from robot.plan import approach_duration, build_plan, quintic
 from identify.model.robot_model import Limits
 from robot.safety import (DEFAULT_POLICY, Fault, FaultMonitor, StopSequence, check_trajectory,
@@ -215,9 +215,11 @@ def test_limit_following_stall_slave_lost():
 
 # -- stop sequence ---------------------------------------------------------------------------------
 def test_stop_sequence_order_and_bound():
+    """Halt (hold, 0x0F) -> per drive, distal first, one more per cycle: disable operation (0x07)
+    for the brake delay, then shutdown (0x06); bounded."""
     hold = np.arange(6) * 0.1
-    seq = StopSequence(6, hold, hold_cycles=5, confirm_cycles=4)
-    assert seq.max_cycles == 15
+    seq = StopSequence(6, hold, hold_cycles=5, confirm_cycles=4, brake_cycles=3)
+    assert seq.max_cycles == 5 + 6 + 3 + 4
     cws = []
     sw = OK_SW.copy()
     while not seq.done:
@@ -227,21 +229,23 @@ def test_stop_sequence_order_and_bound():
     assert len(cws) == seq.max_cycles and not seq.confirmed
     cws = np.array(cws)
     assert np.all(cws[:5] == cia402.CW_ENABLE_OPERATION)
-    # one drive more per cycle, joint6 first, joint1 last
-    for k in range(6):
-        off = np.flatnonzero(cws[5 + k] == cia402.CW_DISABLE_VOLTAGE)
-        assert sorted(off) == list(range(5 - k, 6))
-    assert np.all(cws[11:] == 0)
+    for j in range(6):
+        start = 5 + (5 - j)              # joint6 (j=5) first, joint1 last
+        col = cws[:, j]
+        assert np.all(col[:start] == cia402.CW_ENABLE_OPERATION)
+        assert np.all(col[start:start + 3] == cia402.CW_SWITCH_ON)       # 0x07, brake delay
+        assert np.all(col[start + 3:] == cia402.CW_SHUTDOWN)             # 0x06, power off
+    assert not np.any(cws == cia402.CW_DISABLE_VOLTAGE)
 
 
 def test_stop_sequence_confirms_early_and_disable_policy():
     seq = StopSequence(6, np.zeros(6), hold_cycles=50, confirm_cycles=20, policy="disable")
     n = 0
     while not seq.done:
-        sw = OK_SW if n < 6 else np.full(6, 0x0250)
+        sw = OK_SW if n < 6 else np.full(6, 0x0231)      # ready to switch on after 0x06
         seq.step(sw)
         n += 1
-    assert seq.confirmed and n == 7
+    assert seq.confirmed and n == 7                      # 6 drives + 1 brake cycle, no hold
     assert set(DEFAULT_POLICY) == set(Fault)
     with pytest.raises(ValueError):
         StopSequence(6, np.zeros(6), 1, 1, policy="coast")

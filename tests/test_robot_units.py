@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from robot.config import ConfigError, DEFAULT_CONFIG, load_config, parse_config
-from robot.pdo import PdoLayout, pack_sdo_value
-from robot.units import make_units
+from robot.drive.pdo import PdoLayout, pack_sdo_value
+from robot.drive.units import make_units
 
 
 @pytest.fixture(scope="module")

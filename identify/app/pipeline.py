@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from identify.common import progress
-from identify.common.fileio import write_yaml
+from identify.common.fileio import atomic_write_text, write_yaml
 from identify.excitation.plots import plot_trajectory
 from identify.logs.load import gains_from_drives, load_log
 from identify.model.arm import load_description
@@ -67,24 +67,49 @@ def _run_info(scn: Scenario, command: str, timings: dict, backend: str | None = 
 
 
 def run_scenario(scn: Scenario, out=None) -> RunResult:
-    """``twinid run``: preflight -> trajectories -> backend -> identification -> run folder."""
+    """``twinid run``: preflight -> trajectories -> backend -> identification -> run folder
+    (-> closed loop with a ``closed_loop:`` section; a ``payload:`` section identifies the
+    payload instead, and ``closed_loop.model`` skips the identification: the hooks at the end of this module)."""
+    if scn.payload is not None or (scn.closed_loop is not None and scn.closed_loop.model is not None):
+        return _control_only(scn, out, "run")
     timings: dict = {}
     t0 = time.perf_counter()
     model = build_model(scn)
     preflight(scn, model)
     trajs = trajectories(scn, model, timings)
-    recs = record(scn, trajs, model=model, timings=timings)
+    settings, folder = None, None
+    if scn.backend == "hardware":        # samples stream into the run folder, kept on a stop
+        folder = run_folder(scn, out)
+        settings = scn.backend_settings()
+        settings.setdefault("record_dir", str(folder / "recordings"))
+    recs = record(scn, trajs, model=model, timings=timings, settings=settings)
+    if settings is not None and settings.get("dry_run"):
+        return _dry_run_result(folder, recs)
     ident = identify_recordings(scn, model, recs, timings=timings)
-    folder = run_folder(scn, out)
+    folder = folder or run_folder(scn, out)
     timings["total_before_outputs"] = round(time.perf_counter() - t0, 4)
     run = _run_info(scn, "run", timings)
     for label, (_tr, info) in trajs.items():
         info.samples = recs[label].n_samples
         run.trajectories[label] = info
     metrics = write_run(folder, scn, ident, run, trajs=trajs, recs=recs)
+    if scn.closed_loop is not None:
+        _add_closed_loop(folder, scn, model, trajs[scn.closed_loop.trajectory][0], ident, metrics,
+                         timings)
     finish_run(folder, scn, metrics, timings, t0)
     progress.message(summary(metrics, folder))
     return RunResult(folder, metrics, ident)
+
+
+def _dry_run_result(folder: Path, recs: dict) -> RunResult:
+    """hardware.dry_run: the bus came up and every check passed; print the backend's bus report
+    (stdout), keep it in the run folder, identify nothing."""
+    text = next((r.meta.get("bus_report_text") for r in recs.values()
+                 if r.meta.get("bus_report_text")),
+                "dry run: no bus report (offline: no interface given)")
+    atomic_write_text(folder / "bus_report.txt", text + "\n")
+    print(text, flush=True)
+    return RunResult(folder, {"dry_run": True}, None)
 
 
 def _log_specs(scn: Scenario, log=None, validation_log=None) -> dict:
@@ -144,6 +169,8 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None) -> RunR
     """``twinid fit``: identify from recordings/logs named in the scenario's fit section, with
     the defaults for real arms' logs (identify.scenario.signals)."""
     from identify.scenario.signals import resolve_joint_model
+    if scn.payload is not None:
+        return _control_only(scn, out, "fit", log=log)
     timings: dict = {}
     t0 = time.perf_counter()
     specs = _log_specs(scn, log, validation_log)
@@ -209,3 +236,142 @@ def summary(metrics: dict, folder: Path) -> str:
         lines.append(f"  {label}: RMS [N*m] " + ", ".join(parts)
                      + ("" if imp is None else f"  ({imp:+.2f} %)"))
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# control stages (identify.control): closed loop / collision after an identification, or alone
+# with a given model, and payload identification
+# ------------------------------------------------------------------------------------------------
+
+def _datasheet_J_m(scn: Scenario, model) -> np.ndarray | None:
+    if scn.arm.drives is None:
+        return None
+    from identify.model.drives import load_drives
+    return load_drives(scn.arm.drives, list(model.joint_names)).array("J_r")
+
+
+def _add_closed_loop(folder: Path, scn: Scenario, model, trajectory, ident, metrics: dict,
+                     timings: dict, truth=None) -> None:
+    """Closed-loop cases and collision runs with the run folder's exported model; their
+    sections, plots and recordings go into the run folder (metrics.json rewritten by the caller's
+    finish_run)."""
+    from identify.common.errors import SafetyRefusal
+    from identify.control.joint_model import from_run_folder
+    from identify.control.plots import plot_collision, plot_tracking
+    from identify.control.stage import loop_models, run_loop
+
+    from .acquisition import backend_arm
+    from .render import closed_loop_metrics, collision_metrics
+    src = scn.closed_loop.model or folder
+    if not (Path(src) / "identified.urdf").is_file():
+        raise ValueError(f"closed_loop: {src} has no identified.urdf (the URDF export was skipped: "
+                         f"see the run's messages; identification.physical_consistency: true gives "
+                         f"physical parameters)")
+    identified = from_run_folder(src, model)
+    if ident is not None:
+        truth = ident.truth.truth
+    prior = None if ident is None else ident.prior.inertial
+    models = loop_models(model, identified=identified, truth=truth, cad_inertial=prior,
+                         J_m_datasheet=_datasheet_J_m(scn, model))
+    settings = scn.backend_settings()
+    if scn.backend == "hardware":        # as the identification's runs: samples kept on a stop
+        settings.setdefault("record_dir", str(folder / "recordings" / "closed_loop"))
+    with progress.step("closed loop", timings):
+        try:
+            res = run_loop(scn.closed_loop, scn.backend, backend_arm(scn, model), settings,
+                           trajectory, models, model.joint_names, progress=progress.enabled())
+        except ValueError as exc:
+            raise SafetyRefusal(f"the {scn.backend} backend refused a closed-loop run: {exc}") from exc
+    metrics.setdefault("messages", []).extend(res.notes)
+    files = {}
+    if res.closed_loop is not None:
+        metrics["closed_loop"] = closed_loop_metrics(res.closed_loop)
+        files["closed_loop_tracking"] = plot_tracking(res.closed_loop, folder / "plots" /
+                                                      "closed_loop_tracking.png")
+    if res.collision:
+        metrics["collision"] = collision_metrics(res.collision)
+        files["collision"] = plot_collision(res.collision, list(model.joint_names),
+                                            folder / "plots" / "collision.png")
+    if scn.outputs.save_recordings:
+        for label, rec in res.recordings.items():
+            rec.save(folder / "recordings" / f"{label}.npz")
+    metrics.setdefault("files", {}).update({k: str(v.relative_to(folder)) for k, v in files.items()})
+
+
+def _control_only(scn: Scenario, out, command: str, log=None) -> RunResult:
+    """A run without an arm identification: the closed loop with ``closed_loop.model``, or the
+    payload identification (``twinid run`` on the backend, ``twinid fit`` from a log)."""
+    from identify.common.errors import SafetyRefusal
+    from identify.common.fileio import write_json
+    from identify.control.stage import fit_payload, known_arm, run_payload
+
+    from .acquisition import backend_arm
+    from .render import control_run_document, payload_metrics
+    from .runfolder import resolved_scenario
+    from .trajectories import get_trajectory
+    from .truth import true_link_parameters
+    timings: dict = {}
+    t0 = time.perf_counter()
+    model = build_model(scn)
+    twin = command == "run" and scn.backend == "twin"
+    truth = true_link_parameters(scn, model) if twin else None
+    if command == "run":
+        preflight(scn, model)
+    folder = run_folder(scn, out)
+    run = _run_info(scn, command, timings, backend=None if command == "run" else "logs")
+    sections: dict = {}
+    if scn.payload is not None:
+        ps = scn.payload
+        arm = known_arm(ps, model, truth)
+        ptruth = (None if not twin or scn.arm.payload is None
+                  else dataclasses.asdict(scn.arm.payload))
+        if command == "run":
+            with progress.step("payload run", timings):
+                try:
+                    res, tr, rec = run_payload(ps, scn.backend, backend_arm(scn, model),
+                                               scn.backend_settings(), arm, scn.processing,
+                                               ptruth, progress=progress.enabled())
+                except ValueError as exc:
+                    raise SafetyRefusal(f"the {scn.backend} backend refused the payload "
+                                        f"trajectory: {exc}") from exc
+            tr.save(folder / "trajectories" / "payload.yaml")
+            run.trajectories["payload"] = TrajectoryInfo(
+                label="payload", source="optimized on the payload's columns",
+                cond=res.trajectory_cond, harmonics=int(tr.n_harmonics), period_s=float(tr.period),
+                periods=1, duration_s=float(tr.duration), samples=rec.n_samples)
+        else:
+            specs = _log_specs(scn, log, None)
+            gains = None if scn.arm.drives is None else gains_from_drives(scn.arm.drives,
+                                                                          model.joint_names)
+            with progress.step("reading logs", timings):
+                rec = load_log(specs["excitation"], model.joint_names, gains=gains)
+            res = fit_payload(ps, arm, rec, scn.processing, None)
+            run.trajectories["payload"] = TrajectoryInfo(
+                label="payload", source=str(specs["excitation"].file), duration_s=rec.duration,
+                samples=rec.n_samples, from_log=True)
+        if scn.outputs.save_recordings:
+            rec.save(folder / "recordings" / "payload.npz")
+        sections["payload"] = payload_metrics(res)
+        msg = (f"payload: {res.identified['mass_kg']:.4f} kg (std {res.std['mass_kg']:.2g}), CoM "
+               f"{np.round(1e3 * res.identified['com_m'], 2).tolist()} mm")
+        if res.mass_error_percent is not None:
+            msg += f"; error {res.mass_error_percent:+.3f} %, {1e3 * res.com_error_m:.2f} mm"
+    else:
+        label = scn.closed_loop.trajectory
+        with progress.step(f"{label} trajectory", timings):
+            tr, info = get_trajectory(getattr(scn.trajectories, label), model,
+                                      scn.identification.friction_terms, label)
+        run.trajectories[label] = info
+        tr.save(folder / "trajectories" / f"{label}.yaml")
+        _add_closed_loop(folder, scn, model, tr, None, sections, timings, truth=truth)
+        run.messages.extend(sections.pop("messages", []))
+        run.files.update(sections.pop("files", {}))
+        cl = sections.get("closed_loop", {}).get("tracking_rms_rad", {})
+        msg = ("tracking RMS [rad]: " + ", ".join(f"{k} {v:.3g}" for k, v in cl.items())
+               if cl else "; ".join(run.messages))
+    write_yaml(folder / "scenario.yaml", resolved_scenario(scn))
+    metrics = {**control_run_document(run, model.joint_names), **sections}
+    write_json(folder / "metrics.json", metrics)
+    finish_run(folder, scn, metrics, timings, t0)
+    progress.message(f"run folder: {folder}\n  {msg}")
+    return RunResult(folder, metrics, None)

@@ -309,3 +309,83 @@ def sweep_record(ident: Identification, *, run_id: str, levels: dict, seed: int,
            "cond_W_measured": m.get("cond_W_measured"),
            "time_s": time_s, "host": host, "pid": pid}
     return to_jsonable(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# closed loop, collision detection, payload (identify.control)
+# ------------------------------------------------------------------------------------------------
+
+def closed_loop_metrics(res) -> dict:
+    """metrics.json ``closed_loop`` of an identify.control.closed_loop.ClosedLoopResult."""
+    c = res.cases
+    per = lambda attr: {k: np.asarray(getattr(v, attr)).tolist() for k, v in c.items()}  # noqa: E731
+    one = lambda attr: {k: float(getattr(v, attr)) for k, v in c.items()}               # noqa: E731
+    any_case = next(iter(c.values()))
+    return to_jsonable({
+        "tracking_rms_rad": one("error_rms_overall"), "tracking_rms_rad_per_joint": per("error_rms"),
+        "max_error_rad": one("max_error_overall"), "max_error_rad_per_joint": per("max_error"),
+        "pid_torque_rms_Nm": one("pid_torque_rms_overall"),
+        "pid_torque_rms_Nm_per_joint": per("pid_torque_rms"),
+        "pid_torque_max_Nm_per_joint": per("pid_torque_max"),
+        "goals": res.goals(), "trajectory": res.trajectory, "sample_rate_hz": res.sample_rate_hz,
+        "state_source": any_case.state_source, "joint_names": list(res.joint_names),
+        "model_source": {k: v.model_source for k, v in c.items()}})
+
+
+def _collision_one(r) -> dict:
+    th = r.thresholds
+    return {"detected": bool(r.detected), "detection_delay_ms": r.detection_delay_ms,
+            "false_alarms": int(r.false_alarms),
+            "false_alarms_contact_run": int(r.false_alarms_contact_run),
+            "threshold_Nm": th.value, "residual_rms_free_Nm": th.sigma,
+            "residual_peak_free_Nm": th.peak, "peak_residual_in_contact_Nm": r.peak_residual_Nm,
+            "tau_ext_peak_Nm": r.tau_ext_peak_Nm, "model_source": r.model_source,
+            "reduced_sensitivity_fraction": r.band_fraction}
+
+
+def collision_metrics(results: dict) -> dict:
+    """metrics.json ``collision``: the identified model's figures at the top level (detected,
+    detection_delay_ms, false_alarms, threshold_Nm, ...), every model under ``models``, the
+    settings and the goals (detected within 50 ms, 0 false alarms)."""
+    first = results.get("identified") or next(iter(results.values()))
+    out = dict(_collision_one(first))
+    out["models"] = {k: _collision_one(r) for k, r in results.items()}
+    out.update({"signal": first.signal, "observer_gain_per_s": first.gain,
+                "threshold_rule": {"k_sigma": first.thresholds.k_sigma,
+                                   "peak_factor": first.thresholds.peak_factor,
+                                   "margin_Nm": first.thresholds.margin_Nm,
+                                   "stiction_speed_rad_s": first.stiction_speed},
+                "contact": first.contact,
+                "goal": {"delay_ms": 50.0, "false_alarms": 0,
+                         "met": {k: bool(r.detected and r.detection_delay_ms <= 50.0
+                                         and r.false_alarms == 0) for k, r in results.items()}}})
+    return to_jsonable(out)
+
+
+def payload_metrics(res) -> dict:
+    """metrics.json ``payload`` of an identify.control.payload_run.PayloadResult."""
+    t = res.truth
+    out = {"identified": res.identified, "std": res.std,
+           "truth": None if t is None else {k: t[k] for k in ("mass_kg", "com_m", "inertia_kgm2")},
+           "params_flange": res.params, "params_flange_std": res.params_std,
+           "errors": {"mass_percent": res.mass_error_percent, "com_m": res.com_error_m},
+           "goal": {"mass_percent": res.goal_mass_percent, "com_m": res.goal_com_m,
+                    "met": None if t is None else bool(
+                        abs(res.mass_error_percent) <= res.goal_mass_percent
+                        and res.com_error_m <= res.goal_com_m)},
+           "cond": res.cond, "trajectory_cond": res.trajectory_cond, "signal": res.signal,
+           "arm_source": res.arm_source, "consistent_projection": res.projected,
+           "samples": res.samples, "duration_s": res.duration_s}
+    return to_jsonable(out)
+
+
+def control_run_document(run: RunInfo, joint_names) -> dict:
+    """metrics.json head of a run without an arm identification (closed loop with a given
+    model, payload identification); the control sections are added by the caller."""
+    m = {"name": run.name, "description": run.description, "backend": run.backend,
+         "command": run.command, "created": run.created, "host": run.host,
+         "joint_names": list(joint_names), "timings_s": run.timings, "files": dict(run.files),
+         "messages": list(run.messages)}
+    if run.trajectories:
+        m["trajectories"] = {k: trajectory_document(i) for k, i in run.trajectories.items()}
+    return m

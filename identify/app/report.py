@@ -160,14 +160,15 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         B.append(("h", 2, "Trajectories"))
         head = ["trajectory", "cond(W_base)", "duration [s]", "harmonics", "samples", "source"]
         rows = []
-        for k in ("excitation", "validation"):
+        for k in ("excitation", "validation", "payload"):
             ti = traj_info.get(k, {})
             if not ti and k not in cond:
                 continue
-            rows.append([k, _fmt(cond.get(k)), _fmt(ti.get("duration_s")), _fmt(ti.get("harmonics")),
+            rows.append([k, _fmt(cond.get(k, ti.get("cond"))), _fmt(ti.get("duration_s")), _fmt(ti.get("harmonics")),
                          _fmt(ti.get("samples")), ti.get("source", "--")])
         B.append(("table", head, rows))
 
+    B.extend(_control_blocks(metrics))
     plots = sorted((folder / "plots").glob("*.png")) if (folder / "plots").is_dir() else []
     order = ("trajectory", "torque", "residual", "param", "sweep")
     for group in order:
@@ -180,7 +181,7 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         B.append(("h", 2, title))
         for p in sel:
             B.append(("img", os.path.relpath(p, folder), p.stem.replace("_", " ")))
-    rest = [p for p in plots if not p.stem.startswith(order)]
+    rest = [p for p in plots if not p.stem.startswith(order + ("closed_loop", "collision"))]
     if rest:
         B.append(("h", 2, "Other plots"))
         for p in rest:
@@ -348,6 +349,59 @@ def _logs_blocks(folder: Path, metrics: dict) -> list[tuple]:
                        + str(ex.get("formula", "")) + f"); from the {ex.get('source', '?')}."))
     else:
         B.append(("p", f"**No identified.urdf written**: {ex.get('reason') or 'see messages'}."))
+    return B
+
+
+def _control_blocks(metrics: dict) -> list[tuple]:
+    """Closed loop, collision detection and payload sections (identify.control), when present."""
+    B: list[tuple] = []
+    cl = metrics.get("closed_loop")
+    if cl:
+        B.append(("h", 2, "Closed loop: torque feed-forward"))
+        cases = list(cl.get("tracking_rms_rad", {}))
+        head = ["case", "tracking RMS [mrad]", "max |error| [mrad]", "PID torque RMS [N*m]"]
+        rows = [[c, _fmt(1e3 * cl["tracking_rms_rad"][c]), _fmt(1e3 * cl["max_error_rad"][c]),
+                 _fmt(cl["pid_torque_rms_Nm"][c])] for c in cases]
+        B.append(("table", head, rows))
+        g = cl.get("goals", {})
+        B.append(("p", f"Same gains, same trajectory ({cl.get('trajectory')}), same sensor noise; "
+                       f"error of the {cl.get('state_source')} link angle against the drive's set "
+                       f"point. identified / PID only = {_fmt(g.get('identified_vs_pid'))} (goal "
+                       f"<= {g.get('goal_vs_pid')}), identified / true model = "
+                       f"{_fmt(g.get('identified_vs_true'))} (goal <= {g.get('goal_vs_true')})."))
+        B.append(("img", "plots/closed_loop_tracking.png", "tracking error"))
+    col = metrics.get("collision")
+    if col:
+        B.append(("h", 2, "Collision detection: momentum observer"))
+        head = ["model", "detected", "delay [ms]", "false alarms (free run)",
+                "false alarms (contact run)", "thresholds [N*m]"]
+        rows = [[k, str(v.get("detected")), _fmt(v.get("detection_delay_ms")),
+                 _fmt(v.get("false_alarms")), _fmt(v.get("false_alarms_contact_run")),
+                 ", ".join(_fmt(x, 3) for x in v.get("threshold_Nm", []))]
+                for k, v in col.get("models", {}).items()]
+        B.append(("table", head, rows))
+        c = col.get("contact", {})
+        B.append(("p", f"Contact: {c.get('force_N')} N on {c.get('link')} at {c.get('time_s')} s for "
+                       f"{c.get('duration_s')} s; observer input {col.get('signal')}, gain "
+                       f"{col.get('observer_gain_per_s')} 1/s; thresholds from a collision-free run "
+                       f"({col.get('threshold_rule')}). Goal: detected within 50 ms, 0 false alarms."))
+        B.append(("img", "plots/collision.png", "observer residual and thresholds"))
+    pl = metrics.get("payload")
+    if pl:
+        B.append(("h", 2, "Payload identification"))
+        head = ["", "mass [kg]", "CoM [mm]", "inertia about CoM [kg*m^2] (xx, yy, zz, xy, xz, yz)"]
+        rows = []
+        for k in ("identified", "std", "truth"):
+            v = pl.get(k)
+            if v:
+                rows.append([k, _fmt(v["mass_kg"], 5), ", ".join(_fmt(1e3 * x, 3) for x in v["com_m"]),
+                             ", ".join(_fmt(x, 3) for x in v["inertia_kgm2"])])
+        B.append(("table", head, rows))
+        e = pl.get("errors", {})
+        if e.get("mass_percent") is not None:
+            B.append(("p", f"Mass error {_fmt(e['mass_percent'])} %, CoM error "
+                           f"{_fmt(1e3 * e['com_m'])} mm (goal 2 %, 5 mm); signal {pl.get('signal')}, "
+                           f"arm: {pl.get('arm_source')}."))
     return B
 
 

@@ -68,6 +68,9 @@ class Recording:
         qd:     (N, n) velocity reported by the drive [rad/s], or None (identification
                 normally differentiates `q` instead).
         status: (N, n) drive status words (hardware), or None.
+        late:   (N,) bool, or None: True where the sample was not acquired on time (hardware:
+                its cycle started more than half a period late or its frame was lost); `t`
+                holds the real acquisition times either way.
         rate_hz: nominal sample rate [Hz].
         joint_names: joint order of the columns.
         meta:   JSON-serialisable metadata (arm, backend, seed, settings, trajectory).
@@ -85,6 +88,7 @@ class Recording:
     q_cmd: np.ndarray | None = None
     qd: np.ndarray | None = None
     status: np.ndarray | None = None
+    late: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
     truth: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -104,6 +108,10 @@ class Recording:
                     f"Recording.{name} has shape {v.shape}, expected ({n_s}, {n_j}) "
                     f"= (samples in t, joints {self.joint_names})")
             setattr(self, name, v)
+        if self.late is not None:
+            self.late = np.asarray(self.late, dtype=bool)
+            if self.late.shape != (n_s,):
+                raise ValueError(f"Recording.late has shape {self.late.shape}, expected ({n_s},)")
         if n_s > 1 and not np.all(np.diff(self.t) > 0):
             k = int(np.argmax(~(np.diff(self.t) > 0)))
             raise ValueError(f"Recording.t is not strictly increasing at sample {k + 1} "
@@ -129,7 +137,7 @@ class Recording:
         sl = slice(start, stop)
         kw = {f.name: getattr(self, f.name) for f in fields(self)}
         kw["t"] = self.t[sl]
-        for name in _CHANNELS:
+        for name in _CHANNELS + ("late",):
             if kw[name] is not None:
                 kw[name] = kw[name][sl]
         kw["truth"] = {k: v[sl] for k, v in self.truth.items()}
@@ -165,7 +173,7 @@ def _to_arrays(rec: Recording) -> dict[str, np.ndarray]:
     # reads NaN / Infinity
     plain = to_jsonable(header, nonfinite="keep", where="recording header")
     arrays = {"header": np.frombuffer(json.dumps(plain).encode(), np.uint8), "t": rec.t}
-    for name in _CHANNELS:
+    for name in _CHANNELS + ("late",):
         v = getattr(rec, name)
         if v is not None:
             arrays[name] = v
@@ -183,7 +191,7 @@ def _from_arrays(data: dict[str, np.ndarray], where: str) -> Recording:
     if header.get("version", 0) > FORMAT_VERSION:
         raise ValueError(f"{where}: recording format version {header['version']} is newer than "
                          f"this program's ({FORMAT_VERSION})")
-    kw = {name: data.get(name) for name in _CHANNELS}
+    kw = {name: data.get(name) for name in _CHANNELS + ("late",)}
     truth = {k[len("truth/"):]: v for k, v in data.items() if k.startswith("truth/")}
     return Recording(t=data["t"], rate_hz=float(header["rate_hz"]),
                      joint_names=list(header["joint_names"]), meta=header.get("meta", {}),
@@ -208,7 +216,8 @@ class ChunkWriter:
         self._k = len(list(self.folder.glob("chunk_*.npz")))
 
     def write(self, t: np.ndarray, **channels: np.ndarray) -> Path:
-        """Write one chunk: `t` (M,) and channels named as Recording fields, each (M, n)."""
+        """Write one chunk: `t` (M,) and channels named as Recording fields, each (M, n)
+        (`late`: (M,))."""
         rec = Recording(t=t, rate_hz=self.rate_hz, joint_names=self.joint_names,
                         meta=self.meta, **channels)
         path = self.folder / f"chunk_{self._k:06d}.npz"
@@ -226,7 +235,7 @@ def assemble_chunks(folder: str | os.PathLike, out: str | os.PathLike | None = N
     recs = [Recording.load(p) for p in parts]
     first = recs[0]
     kw = {}
-    for name in _CHANNELS:
+    for name in _CHANNELS + ("late",):
         vals = [getattr(r, name) for r in recs]
         kw[name] = None if any(v is None for v in vals) else np.concatenate(vals)
     rec = Recording(t=np.concatenate([r.t for r in recs]), rate_hz=first.rate_hz,

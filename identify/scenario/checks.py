@@ -136,12 +136,46 @@ def _check_cutoff(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
                              f"the {float(rate):g} Hz signal" + (f" decimated by {dec}" if dec > 1 else ""))
 
 
+def _check_control(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
+    """closed_loop: / payload: sections (identify.control) against the arm's files."""
+    cl = scn.closed_loop
+    if cl is not None:
+        if cl.model is None and not scn.outputs.urdf:
+            raise ctx.error(("outputs", "urdf"), "closed_loop without closed_loop.model uses the "
+                                                 "run's exported model: outputs.urdf must be true")
+        if cl.model is not None and not (Path(cl.model) / "identified.urdf").is_file():
+            raise ctx.error(("closed_loop", "model"), f"{cl.model} holds no identified.urdf (a run "
+                                                      f"folder of twinid run / fit)")
+        link = cl.collision.contact.link
+        if cl.collision.enabled and scn.backend == "twin":
+            from identify.model.urdf import load_chain
+            links = set(load_chain(scn.arm.urdf).link_names)
+            if link not in links:
+                raise ctx.error(("closed_loop", "collision", "contact", "link"),
+                                f"unknown link {link!r}; the arm's moving links: {sorted(links)}")
+    ps = scn.payload
+    if ps is not None:
+        if ps.start_deg is not None and n is not None and len(ps.start_deg) != n:
+            raise ctx.error(("payload", "start_deg"), f"must have one angle per joint ({n}), "
+                                                      f"got {len(ps.start_deg)}")
+        if ps.arm_model is None and scn.backend != "twin":
+            raise ctx.error(("payload", "arm_model"), "give the arm's parameters (a run folder or "
+                                                      "a URDF); only the twin knows its own arm")
+        if ps.arm_model is not None and Path(ps.arm_model).is_dir() and \
+                not (Path(ps.arm_model) / "identified.urdf").is_file():
+            raise ctx.error(("payload", "arm_model"), f"{ps.arm_model} holds no identified.urdf")
+        if scn.arm.joints is not None:
+            raise ctx.error(("payload",), "payload identification needs the whole arm (no "
+                                          "arm.joints subset)")
+
+
 def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
     _check_payload(scn, ctx)
     _check_arm_joints(scn, ctx)
     n = _drive_joint_count(scn, ctx)
     if scn.arm.joints is not None:
         n = len(scn.arm.joints)
+    _check_control(scn, ctx, n)
     for which in ("excitation", "validation"):
         t: TrajectorySpec = getattr(scn.trajectories, which)
         p = ("trajectories", which)

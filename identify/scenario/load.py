@@ -165,6 +165,8 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
                 raise ctx.error(path, f"file not found: {value} (looked at {p})")
             if not p.is_file():
                 raise ctx.error(path, f"not a file: {value} (looked at {p})")
+        if meta.get("exists") and not p.exists():
+            raise ctx.error(path, f"not found: {value} (looked at {p})")
         return p
     raise TypeError(f"scenario schema: unsupported type {tp!r} at {_dotted(path)}")
 

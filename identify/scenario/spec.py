@@ -238,6 +238,65 @@ class FitSpec:
 
 
 @dataclass(frozen=True)
+class ContactSpec:
+    """A contact the twin applies during the collision run (twin.contacts)."""
+    link: str = _f("link3", doc="URDF link the force acts on (link3: the forearm)")
+    time_s: float = _f(4.0, min=0.0, doc="contact start on the trajectory's clock [s]")
+    duration_s: float = _f(0.2, gt=0.0, doc="contact duration [s]")
+    force_N: tuple[float, float, float] = _f((0.0, 20.0, 0.0), doc="force in the world frame [N]")
+    point_m: Optional[tuple[float, float, float]] = _f(
+        None, doc="point of action in the link frame [m] (default: the link's centre of mass)")
+
+
+@dataclass(frozen=True)
+class CollisionSpec:
+    """Collision detection with the momentum observer (docs/closed_loop.md)."""
+    enabled: bool = _f(True, doc="run the collision part")
+    contact: ContactSpec = _f(factory=ContactSpec)
+    signal: Literal["tau_m", "tau_j"] = _f(
+        "tau_m", doc="observer input: motor torque eta*beta*i (through the drive model) or the "
+                     "joint torque sensor")
+    observer_gain: float = _f(50.0, gt=0.0, max=500.0, doc="observer gain K_O [1/s]")
+    k_sigma: float = _f(5.0, min=0.0, doc="threshold >= k_sigma * RMS of the collision-free residual")
+    peak_factor: float = _f(1.2, min=0.0, doc="threshold >= peak_factor * its largest |residual|")
+    margin_Nm: float = _f(0.1, min=0.0, doc="added to the threshold [N*m]")
+    stiction_speed_rad_s: float = _f(
+        0.02, min=0.0, doc="width of the thresholds' friction band at velocity reversals [rad/s] "
+                           "(0: static thresholds only)")
+    compare_cad: bool = _f(True, doc="also run the observer with the CAD model")
+
+
+@dataclass(frozen=True)
+class ClosedLoopSpec:
+    """The identified model in the loop: feed-forward tracking and collision detection."""
+    model: Optional[Path] = _f(None, exists=True,
+                               doc="run folder whose exported model to use (null: identify first)")
+    trajectory: Literal["validation", "excitation"] = _f("validation",
+                                                         doc="trajectory the cases run")
+    sample_rate_hz: float = _f(1000.0, gt=0.0, doc="recording rate of the closed-loop runs [Hz]")
+    collision: CollisionSpec = _f(factory=CollisionSpec)
+
+
+@dataclass(frozen=True)
+class PayloadSpec:
+    """Payload identification with the arm's parameters known (docs/closed_loop.md)."""
+    arm_model: Optional[Path] = _f(
+        None, exists=True, doc="run folder (identified.urdf, ...) or URDF of the arm without the "
+                               "payload; null: the twin's own arm (twin only)")
+    harmonics: int = _f(3, min=2, max=10, doc="Fourier harmonics of the wrist excitation")
+    period_s: float = _f(10.0, gt=0.0, max=600.0, doc="duration of the wrist excitation [s]")
+    wrist_joints: int = _f(3, min=1, max=6, doc="how many of the last joints move")
+    start_deg: Optional[tuple[float, ...]] = _f(
+        (0.0, -60.0, 60.0, 0.0, 0.0, 0.0), doc="pose held by the other joints / wrist start [deg]")
+    limit_scale: float = _f(0.8, gt=0.0, max=1.0, doc="fraction of the joint limits used")
+    seed: int = _f(0, min=0, doc="optimizer seed")
+    signal: Literal["tau_j", "tau_m"] = _f("tau_j", doc="joint torque sensor or motor torque")
+    min_speed_rad_s: float = _f(0.05, min=0.0,
+                                doc="equations of a joint slower than this are left out (stiction)")
+    consistent: bool = _f(True, doc="physically consistent fit (pseudo-inertia PSD)")
+
+
+@dataclass(frozen=True)
 class Scenario:
     """One experiment. See docs/cli.md for a tour of the keys."""
     arm: ArmSpec = _f(doc="the arm")
@@ -252,6 +311,9 @@ class Scenario:
     outputs: OutputSpec = _f(factory=OutputSpec)
     sweep: SweepSpec = _f(factory=SweepSpec)
     fit: FitSpec = _f(factory=FitSpec)
+    closed_loop: Optional[ClosedLoopSpec] = _f(None, doc="feed-forward tracking and collision "
+                                                         "detection with the identified model")
+    payload: Optional[PayloadSpec] = _f(None, doc="payload identification instead of the arm's")
     source: Optional[Path] = field(default=None, compare=False, metadata={"internal": True})
 
     # -- conveniences ---------------------------------------------------------------------------

@@ -17,15 +17,21 @@ datagram), after the
 answer has been sent; the inputs in the answer to frame k are the state after step k-1.
 
 Faults (:meth:`SlaveChainProcess.inject`): "drive_fault" (slave, code=0x2310: CiA 402 fault,
-error code in 0x603F, the joint holds), "drop_frames" (count: no answer), "corrupt_frames"
-(count: CRC error at the slaves -- the frame returns unprocessed, garbled, working counter 0,
-RX error counter 0x0300 counts), "stop_answering" / "resume_answering" (slave: that ESC neither
-processes nor counts), "sdo_abort" (index, code=0x08000020, slave=None -> all: any SDO access to
-the object is aborted), "wrong_identity" (slave, vendor_id/product_code; default product + 1, seen
-at the next bring-up), "clear". Built in: process-data watchdog (``watchdog_s`` = initial value of
-registers 0x0400/0x0420, which a master may reprogram, e.g. pysoem ``slave.set_watchdog``; AL
-code 0x001B), following-error fault 0x8611 (window 0x6065), leaving OP while enabled faults
-0x8700, distributed clocks (receive-time latch, system time/offset, SYNC0 registers stored).
+error code in 0x603F, a CoE emergency queued in the mailbox, the joint holds), "sto" (slave: safe
+torque off, SWITCH ON DISABLED until "clear"), "quick_stop" (slave: drive-side quick stop, QUICK
+STOP ACTIVE for 10 cycles, then SWITCH ON DISABLED), "ignore_mode" (slave: 0x6061 stays 0),
+"al_error" (slave, code=0x001B, state=SAFEOP), "set_object" (slave, index, sub, value: e.g. wrong
+units), "drop_frames" (count: no answer), "corrupt_frames" (count: CRC error at the slaves -- the
+frame returns unprocessed, garbled, working counter 0, RX error counter 0x0300 counts),
+"stop_answering" / "resume_answering" (slave: that ESC neither processes nor counts), "sdo_abort"
+(index, code=0x08000020, slave=None -> all: any SDO access to the object is aborted),
+"wrong_identity" (slave, vendor_id/product_code; default product + 1, seen at the next bring-up),
+"clear". Built in: process-data (SyncManager) watchdog (``watchdog_s`` = initial value of
+registers 0x0400/0x0420, which the master reprograms; AL code 0x001B; every expiry is logged with
+its time and the time of the last outputs), following-error fault 0x8611 (window 0x6065), leaving
+OP while enabled faults 0x8700, distributed clocks (receive-time latch, system time/offset, SYNC0
+registers stored and reported), units objects 0x608F/0x6091/0x6092/0x6076 (motor side)/0x2003,
+a per-drive state-transition log (cycle, time, from, to) in :meth:`SlaveChainProcess.status`.
 
 Modules: frames (frame/datagram codec), sii (EEPROM image), coe (object dictionary, SDO server),
 drive (CiA 402 state machine, CSP, bus scaling), esc (registers, SyncManagers, FMMUs, AL state

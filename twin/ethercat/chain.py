@@ -27,7 +27,8 @@ from .motion import Motion
 from .sii import SyncManagerLayout, build_sii
 
 FAULT_KINDS = ("drive_fault", "drop_frames", "corrupt_frames", "stop_answering", "resume_answering",
-               "sdo_abort", "wrong_identity", "clear")
+               "sdo_abort", "wrong_identity", "sto", "quick_stop", "ignore_mode", "al_error",
+               "set_object", "clear")
 
 
 class SlaveChain:
@@ -43,12 +44,21 @@ class SlaveChain:
             SAFEOP with AL status code 0x001B (an enabled drive faults). None disables it.
         following_window_rad: CiA 402 following error window (0x6065) [rad].
         record_truth: keep every stepped state for :meth:`truth`.
+        clock: "frame" (default, lock-step: one period per process-data frame, whatever the wall
+            time) or "sync0" (as a DC-synchronised drive: one period per elapsed cycle of wall
+            time, so a late master cycle lets the axis hold its last target for the missed
+            SYNC0 events; the physics time then tracks the master's acquisition time stamps).
     """
 
     def __init__(self, cfg: SlaveConfig, motion: Motion, n_slaves: int | None = None, q0=None,
                  watchdog_s: float | None = 0.5, following_window_rad: float = 0.2,
-                 record_truth: bool = True):
+                 record_truth: bool = True, clock: str = "frame"):
         n = len(cfg.drives) if n_slaves is None else int(n_slaves)
+        if clock not in ("frame", "sync0"):
+            raise ValueError(f"clock={clock!r}: expected 'frame' (one period per process-data "
+                             f"frame) or 'sync0' (one period per elapsed cycle of wall time)")
+        self.clock = clock
+        self._t_step: float | None = None
         if not 1 <= n <= len(cfg.drives):
             raise ValueError(f"n_slaves={n_slaves}: {cfg.source} configures {len(cfg.drives)} drives")
         self.cfg = cfg
@@ -69,11 +79,15 @@ class SlaveChain:
             ident = dict(vendor_id=cfg.vendor_id, product_code=cfg.product_code, revision=cfg.revision,
                          serial=k + 1, name="twinid CiA402 servo")
             pdo = dict(rx_pdo=cfg.rx_pdo, rx_entries=cfg.rx_entries, tx_pdo=cfg.tx_pdo, tx_entries=cfg.tx_entries)
-            od = drive_dictionary(**ident, **pdo, rated_torque_mNm=int(round(d.rated_torque_Nm * 1000)),
+            # 0x6076 is motor side (mN*m); the configured rated torque is link side
+            od = drive_dictionary(**ident, **pdo,
+                                  rated_torque_mNm=int(round(d.rated_torque_Nm / d.gear_ratio * 1000)),
                                   rated_current_mA=int(round(d.rated_current_A * 1000)),
-                                  counts_per_rev=d.encoder_counts_per_rev,
+                                  counts_per_rev=d.counts_per_link_rev,
                                   following_window_counts=int(following_window_rad / (2 * math.pi)
-                                                              * d.encoder_counts_per_rev))
+                                                              * d.counts_per_link_rev),
+                                  gear_ratio=int(round(d.gear_ratio)), encoder_counts=d.encoder_counts_per_rev,
+                                  position_source=1 if d.position_encoder == "motor" else 2)
             drive = Cia402Drive(od, d)
             esc = Esc(k, build_sii(**ident, **pdo, layout=self.layout), od, drive, is_last=(k == n - 1),
                       layout=self.layout, downstream=n - 1 - k)
@@ -100,6 +114,7 @@ class SlaveChain:
         self.last_output_t = [0.0] * n
         self._op_since = [None] * n
         self._pd_pending = False
+        self.watchdog_trips: list[dict] = []      # SM watchdog expiries: slave, time, last output
         self._truth = _TruthBuffer(motion.n)
 
     # ---- frame processing
@@ -140,7 +155,16 @@ class SlaveChain:
         """Called once the answer is on the wire: step the motion if the frame carried process data."""
         if self._pd_pending:
             self._pd_pending = False
-            self.cycle()
+            steps = 1
+            if self.clock == "sync0":
+                dt = self.cfg.cycle_time_s
+                now = time.monotonic()
+                if self._t_step is None or abs(now - self._t_step) > 50 * dt:
+                    self._t_step = now - dt                  # (re)synchronise
+                steps = max(1, min(50, int((now - self._t_step) / dt + 0.5)))
+                self._t_step += steps * dt
+            for _ in range(steps):
+                self.cycle()
 
     def _physical(self, buf: bytearray, cmd: int, h: int, d: int, n: int) -> None:
         adp, ado = struct.unpack_from("<HH", buf, h + 2)
@@ -266,6 +290,8 @@ class SlaveChain:
                 last = max(self.last_output_t[k], self._op_since[k])
                 if now - last > wd:
                     esc.al_error(SAFEOP, ALSC_SM_WATCHDOG)
+                    self.watchdog_trips.append({"slave": k, "t": now, "last_output_t": last,
+                                                "watchdog_s": wd})
                     self._op_since[k] = None
             else:
                 self._op_since[k] = None
@@ -323,6 +349,31 @@ class SlaveChain:
             esc.set_identity(vendor, product)
             return {"slave": esc.position, "vendor_id": esc.od.value(0x1018, 1),
                     "product_code": esc.od.value(0x1018, 2)}
+        if kind in ("sto", "quick_stop", "ignore_mode"):
+            take("slave")
+            esc = self._slave(kw.get("slave"))
+            if kind == "sto":
+                esc.drive.inject_sto()
+            elif kind == "quick_stop":
+                esc.drive.inject_quick_stop()
+            else:
+                esc.drive.ignore_mode = True
+                esc.od.entry(0x6061, 0).value = 0
+                esc.drive._publish_status()
+            esc.publish_inputs()
+            return {"slave": esc.position, "drive_state": DRIVE_STATES[esc.drive.state]}
+        if kind == "al_error":
+            take("slave", "code", "state")
+            esc = self._slave(kw.get("slave"))
+            code = int(kw.get("code", ALSC_SM_WATCHDOG))
+            esc.al_error(int(kw.get("state", SAFEOP)), code)
+            return {"slave": esc.position, "al_state": AL_NAMES.get(esc.al_state), "al_status_code": code}
+        if kind == "set_object":
+            take("slave", "index", "sub", "value")
+            targets = self.slaves if kw.get("slave") is None else [self._slave(kw["slave"])]
+            for esc in targets:
+                esc.od.entry(int(kw["index"]), int(kw.get("sub", 0))).value = kw["value"]
+            return {"index": kw["index"], "sub": kw.get("sub", 0), "value": kw["value"]}
         if kind == "clear":
             take()
             self.drop_count = self.corrupt_count = 0
@@ -330,6 +381,8 @@ class SlaveChain:
                 esc.answering = True
                 esc.sdo.forced_aborts.clear()
                 esc.set_identity(self.cfg.vendor_id, self.cfg.product_code)
+                esc.drive.sto = False
+                esc.drive.ignore_mode = False
             return {}
         raise ValueError(f"unknown fault {kind!r}; expected one of {FAULT_KINDS}")
 
@@ -342,8 +395,13 @@ class SlaveChain:
                         "al_state": AL_NAMES.get(e.al_state, hex(e.al_state)), "al_status": e.al_status,
                         "al_status_code": e.al_status_code, "answering": e.answering,
                         "drive_state": DRIVE_STATES[e.drive.state],
-                        "statusword": e.drive.od.value(0x6041), "error_code": e.drive.od.value(0x603F)}
-                       for e in self.slaves]}
+                        "statusword": e.drive.od.value(0x6041), "error_code": e.drive.od.value(0x603F),
+                        "watchdog_s": e.watchdog_s, "sync0": e.sync0(),
+                        "emergencies_sent": e.emergencies_sent,
+                        "following_window_counts": e.od.value(0x6065),
+                        "transitions": list(e.drive.transitions)}
+                       for e in self.slaves],
+            "watchdog_trips": list(self.watchdog_trips)}
 
     def _answer_stats(self) -> dict:
         a = self.answer_ns[self.answer_ns > 0] * 1e-3
@@ -362,19 +420,24 @@ class SlaveChain:
 
 
 class _TruthBuffer:
-    """Growing (N, 1 + 11 n) float64 record of stepped periods (about 0.5 kB per 1 ms for n = 6)."""
+    """(N, 1 + 11 n) float64 record of stepped periods (about 0.5 kB per 1 ms for n = 6), kept in
+    fixed blocks of 4096 rows: growing never copies (a copy of megabytes mid-run would pause the
+    emulator for several frames)."""
     KEYS = ("q", "qd", "tau_r", "tau_m", "i_m", "q_cmd", "tau_ff", "enabled", "q_meas", "tau_r_meas", "i_m_meas")
+    BLOCK = 4096
 
     def __init__(self, n: int):
         self.n = n
-        self.buf = np.zeros((1024, 1 + len(self.KEYS) * n))
+        self.width = 1 + len(self.KEYS) * n
+        self.blocks = [np.zeros((self.BLOCK, self.width))]
         self.k = 0
 
     def append(self, st, q_cmd, tau_ff, enabled) -> None:
-        if self.k == len(self.buf):
-            self.buf = np.concatenate([self.buf, np.zeros_like(self.buf)])
+        b, r = divmod(self.k, self.BLOCK)
+        if b == len(self.blocks):
+            self.blocks.append(np.zeros((self.BLOCK, self.width)))
         qm, taum, im = st.measured()
-        row = self.buf[self.k]
+        row = self.blocks[b][r]
         row[0] = st.t
         n = self.n
         for j, v in enumerate((st.q, st.qd, st.tau_r, st.tau_m, st.i_m, q_cmd, tau_ff, enabled, qm, taum, im)):
@@ -382,7 +445,7 @@ class _TruthBuffer:
         self.k += 1
 
     def arrays(self) -> dict:
-        b, n = self.buf[:self.k], self.n
+        b, n = np.concatenate(self.blocks)[:self.k], self.n
         out = {"t": b[:, 0].copy()}
         for j, key in enumerate(self.KEYS):
             out[key] = b[:, 1 + j * n:1 + (j + 1) * n].copy()

@@ -239,7 +239,8 @@ def assigned_pdos(od: ObjectDictionary, assign_index: int) -> list[int]:
 def drive_dictionary(*, vendor_id: int, product_code: int, revision: int, serial: int, name: str,
                      rx_pdo: int, rx_entries: tuple[Entry, ...], tx_pdo: int, tx_entries: tuple[Entry, ...],
                      rated_torque_mNm: int, rated_current_mA: int, counts_per_rev: int,
-                     following_window_counts: int) -> ObjectDictionary:
+                     following_window_counts: int, gear_ratio: int = 1, encoder_counts: int | None = None,
+                     position_source: int = 2) -> ObjectDictionary:
     """The object dictionary of one CiA 402 axis (CSP only), default PDO mapping from the config."""
     od = ObjectDictionary()
     _var(od, 0x1000, "device type", "U32", 0x00020192)          # CiA 402, servo drive
@@ -275,8 +276,16 @@ def drive_dictionary(*, vendor_id: int, product_code: int, revision: int, serial
         (0x6502, "supported drive modes", "U32", 1 << 7, ro, None, None),       # CSP
         (0x2001, "joint torque sensor (0.001 N*m)", "I32", 0, ro, "tx", None),
         (0x2002, "encoder counts per revolution", "U32", counts_per_rev, ro, None, None),
+        (0x2003, "position actual source (1 motor, 2 link encoder)", "U8", position_source, ro, None, None),
+        (0x6066, "following error time out", "U16", 10, rw, None, None),
     ]:
         _var(od, idx, nm, t, v, acc, pdo, chk)
+    # units (CiA 402): encoder increments per motor revolution, gear ratio, feed constant
+    enc = counts_per_rev if encoder_counts is None else encoder_counts
+    motor_revs = gear_ratio if position_source == 2 else 1        # link encoder: per gear motor revs
+    _record(od, 0x608F, "position encoder resolution", [("U32", enc), ("U32", motor_revs)])
+    _record(od, 0x6091, "gear ratio", [("U32", gear_ratio), ("U32", 1)])
+    _record(od, 0x6092, "feed constant", [("U32", counts_per_rev), ("U32", 1)])
     ip = _record(od, 0x60C2, "interpolation time period", [("U8", 1), ("I8", -3)], access=rw)
     ip.entries[2].check = lambda e: -6 <= e <= 0
 
@@ -372,6 +381,11 @@ class SdoServer:
     def _abort(self, index: int, sub: int, code: int) -> bytes:
         self._seg = None
         return self._coe(COES_SDOREQ, struct.pack("<BHBI", 0x80, index, sub, code))
+
+    def emergency(self, error_code: int, error_register: int = 0x01, data: bytes = b"") -> bytes:
+        """A CoE emergency message (service 1): error code, error register, 5 data bytes."""
+        return self._coe(COES_EMERGENCY, struct.pack("<HB", error_code & 0xFFFF, error_register & 0xFF)
+                         + (bytes(data) + bytes(5))[:5])
 
     def mailbox_error(self, detail: int) -> bytes:
         return self._mbx(MBXT_ERR, struct.pack("<HH", 0x0001, detail))

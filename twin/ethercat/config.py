@@ -63,6 +63,13 @@ class DriveScaling:
     rated_torque_Nm: float
     rated_current_A: float
     joint_torque_scale_Nm: float
+    position_encoder: str = "link"      # "link": second (link-side) encoder; "motor": motor encoder
+
+    @property
+    def counts_per_link_rev(self) -> int:
+        """Counts of 0x6064 per link revolution (encoder counts x gear ratio for a motor encoder)."""
+        g = round(self.gear_ratio) if self.position_encoder == "motor" else 1
+        return self.encoder_counts_per_rev * g
 
 
 @dataclass(frozen=True)
@@ -178,7 +185,10 @@ def parse_slave_config(raw: dict, where: str = "<dict>") -> SlaveConfig:
             torque_constant_Nm_A=positive(d, "torque_constant_Nm_A", ctx),
             rated_torque_Nm=positive(d, "rated_torque_Nm", ctx),
             rated_current_A=positive(d, "rated_current_A", ctx),
-            joint_torque_scale_Nm=positive(d, "joint_torque_scale_Nm", ctx)))
+            joint_torque_scale_Nm=positive(d, "joint_torque_scale_Nm", ctx),
+            position_encoder=str(d.get("position_encoder", "link"))))
+        if drives[-1].position_encoder not in ("link", "motor"):
+            raise SlaveConfigError(f"{where}: {ctx}.position_encoder must be link or motor")
     cycle = float((raw.get("bus") or {}).get("cycle_time_s", 0.001))
     return SlaveConfig(vendor, product, revision, rx_pdo, rx_entries, tx_pdo, tx_entries,
                        tuple(startup), tuple(drives), cycle, where)

@@ -8,15 +8,19 @@ stepped, :meth:`Cia402Drive.feedback` (writes position/velocity/torque/current/j
 bus units and checks the following error).
 
 Bus scaling (the contract of ``assets/cobot6_ethercat.yaml``):
-  position / target  link-side counts, ``encoder_counts_per_rev`` per 2*pi rad, times `sign`
+  position / target  counts of the configured position encoder: link-side (second) encoder,
+                     ``encoder_counts_per_rev`` per link revolution, or motor encoder, that many
+                     per motor revolution (x gear ratio per link revolution); times `sign`
   velocity           the same counts per second
-  torque / offset    per mille of ``rated_torque_Nm`` (link side: eta * beta * i from the current)
+  torque / offset    per mille of the rated torque 0x6076 (motor side, mN*m) x gear ratio
+                     (link side: eta * beta * i from the current)
   current            per mille of ``rated_current_A``
   joint torque       units of ``joint_torque_scale_Nm`` (torque sensor, tau_r)
 """
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 from .coe import ObjectDictionary
@@ -57,14 +61,51 @@ class Cia402Drive:
     def __init__(self, od: ObjectDictionary, scaling: DriveScaling):
         self.od = od
         self.s = scaling
-        self.rad_per_count = 2.0 * math.pi / scaling.encoder_counts_per_rev
+        self.rad_per_count = 2.0 * math.pi / scaling.counts_per_link_rev
         self.state = SWITCH_ON_DISABLED        # NOT_READY passes automatically after power-up
+        # fault injection: safe torque off (held), drive-side quick stop (cycles left in QUICK
+        # STOP ACTIVE before SWITCH ON DISABLED), a drive that ignores the mode request
+        self.sto = False
+        self.qs_left = 0
+        self.ignore_mode = False
+        self.cycle = 0
+        self.on_fault = None          # callback(error code): the ESC sends a CoE emergency
+        self.transitions: list[tuple[int, float, str, str]] = []   # (cycle, monotonic s, from, to)
         self.q_hold = 0.0
         self.q_actual = 0.0
         self._last_cw = 0
         self._e = {k: od.entry(k, 0) for k in (0x6040, 0x6041, 0x603F, 0x6060, 0x6061, 0x6064, 0x606C,
                                               0x6077, 0x6078, 0x607A, 0x60B2, 0x2001, 0x6062, 0x60F4,
                                               0x6065)}
+        self._publish_status()
+
+    @property
+    def rated_torque_link(self) -> float:
+        """Link-side rated torque [N*m] the per-mille torques refer to: 0x6076 (motor side,
+        mN*m) times the gear ratio."""
+        return self.od.value(0x6076) * 1e-3 * self.s.gear_ratio
+
+    def _log(self, old: int, new: int) -> None:
+        if old != new:
+            self.transitions.append((self.cycle, time.monotonic(), STATE_NAMES[old], STATE_NAMES[new]))
+
+    def inject_sto(self) -> None:
+        """Safe torque off: power removed at once, the drive shows SWITCH ON DISABLED until cleared."""
+        self.sto = True
+        self._set_state(SWITCH_ON_DISABLED)
+
+    def inject_quick_stop(self, cycles: int = 10) -> None:
+        """Drive-side quick stop (e.g. a local stop input): QUICK STOP ACTIVE for `cycles`, then
+        SWITCH ON DISABLED (quick stop option code 2)."""
+        if self.state == OPERATION_ENABLED:
+            self.qs_left = int(cycles)
+            self._set_state(QUICK_STOP_ACTIVE)
+
+    def _set_state(self, st: int) -> None:
+        if st != OPERATION_ENABLED and self.state == OPERATION_ENABLED:
+            self.q_hold = self.q_actual
+        self._log(self.state, st)
+        self.state = st
         self._publish_status()
 
     # ---- unit conversion
@@ -84,6 +125,9 @@ class Cia402Drive:
         if self.state == OPERATION_ENABLED:
             self.q_hold = self.q_actual
         self._e[0x603F].value = code & 0xFFFF
+        if self.on_fault is not None:
+            self.on_fault(code & 0xFFFF)
+        self._log(self.state, FAULT_REACTION_ACTIVE)
         self.state = FAULT_REACTION_ACTIVE
         self._publish_status()
 
@@ -96,8 +140,12 @@ class Cia402Drive:
         """Advance the state machine with the current controlword (if `outputs_valid`, i.e. the
         ESC is in OP) and return this cycle's joint command."""
         cw = self._e[0x6040].value if outputs_valid else self._last_cw & ~0x0080
+        self.cycle += 1
         st = self.state
-        if st == FAULT_REACTION_ACTIVE:
+        if self.qs_left > 0:                               # drive-side quick stop in progress
+            self.qs_left -= 1
+            st = QUICK_STOP_ACTIVE if self.qs_left else SWITCH_ON_DISABLED
+        elif st == FAULT_REACTION_ACTIVE:
             st = FAULT
         elif st == FAULT:
             if cw & 0x80 and not self._last_cw & 0x80:
@@ -118,17 +166,20 @@ class Cia402Drive:
         elif (cw & 0x0F) == 0x0F:                          # enable operation (also from RTSO)
             if st in (READY_TO_SWITCH_ON, SWITCHED_ON):
                 st = OPERATION_ENABLED
+        if self.sto and st not in (FAULT, FAULT_REACTION_ACTIVE):
+            st = SWITCH_ON_DISABLED                        # no power while STO is active
         if st != OPERATION_ENABLED and self.state == OPERATION_ENABLED:
             self.q_hold = self.q_actual
+        self._log(self.state, st)
         self.state = st
         self._last_cw = cw
-        mode = self._e[0x6060].value
+        mode = 0 if self.ignore_mode else self._e[0x6060].value
         self._e[0x6061].value = mode
         if st == OPERATION_ENABLED and mode == MODE_CSP and outputs_valid:
             target = self._e[0x607A].value
             self._e[0x6062].value = target
             q_cmd = self.counts_to_rad(target)
-            tau_ff = self.s.sign * self._e[0x60B2].value * 1e-3 * self.s.rated_torque_Nm
+            tau_ff = self.s.sign * self._e[0x60B2].value * 1e-3 * self.rated_torque_link
             return DriveCommand(True, q_cmd, tau_ff)
         return DriveCommand(False, self.q_hold, 0.0)
 
@@ -144,10 +195,10 @@ class Cia402Drive:
         e = self._e
         e[0x6064].value = pos
         e[0x606C].value = _sat(s.sign * qd / self.rad_per_count, -2**31, 2**31 - 1)
-        e[0x6077].value = _sat(s.sign * tau_m / s.rated_torque_Nm * 1000.0, -32768, 32767)
+        e[0x6077].value = _sat(s.sign * tau_m / self.rated_torque_link * 1000.0, -32768, 32767)
         e[0x6078].value = _sat(s.sign * i_m / s.rated_current_A * 1000.0, -32768, 32767)
         e[0x2001].value = _sat(s.sign * tau_r / s.joint_torque_scale_Nm, -2**31, 2**31 - 1)
-        if self.state == OPERATION_ENABLED and self._e[0x6060].value == MODE_CSP:
+        if self.state == OPERATION_ENABLED and self._e[0x6061].value == MODE_CSP:
             ferr = e[0x607A].value - pos
             e[0x60F4].value = _sat(ferr, -2**31, 2**31 - 1)
             if abs(ferr) > e[0x6065].value:
@@ -158,7 +209,7 @@ class Cia402Drive:
 
     def _publish_status(self) -> None:
         sw = _STATUS_BITS[self.state] | SW_REMOTE
-        if self.state == OPERATION_ENABLED and self._e[0x6060].value == MODE_CSP:
+        if self.state == OPERATION_ENABLED and self._e[0x6061].value == MODE_CSP:
             sw |= SW_FOLLOWS_TARGET
             if abs(self._e[0x60F4].value) <= self._e[0x6065].value // 10:
                 sw |= SW_TARGET_REACHED

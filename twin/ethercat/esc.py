@@ -74,6 +74,9 @@ class Esc:
         self.sii = bytearray(sii)
         self.od = od
         self.drive = drive
+        if drive is not None:
+            drive.on_fault = self.queue_emergency      # a drive fault sends a CoE emergency
+        self.emergencies_sent = 0
         self.layout = layout
         self.sdo = SdoServer(od, layout.mbx_in_len)
         self.mem = bytearray(MEM_SIZE)
@@ -225,6 +228,16 @@ class Esc:
             self._latch_receive_times()
         return True
 
+    def sync0(self) -> dict:
+        """SYNC0 as programmed by the master: activation (0x0981), cycle time (0x09A0) [ns],
+        start time (0x0990) [ns] and shift = start time modulo cycle [ns] (SOEM starts SYNC0 on
+        a whole number of cycles plus the shift)."""
+        act = self.mem[0x0981]
+        start = struct.unpack_from("<Q", self.mem, 0x0990)[0]
+        cyc = struct.unpack_from("<I", self.mem, 0x09A0)[0]
+        return {"active": bool(act & 0x01), "activation": act, "cycle_ns": cyc, "start_ns": start,
+                "shift_ns": start % cyc if cyc else None}
+
     # ---- distributed clocks
     def local_time_ns(self) -> int:
         return (time.monotonic_ns() + self._clock_offset_ns) & 0xFFFFFFFFFFFFFFFF
@@ -266,6 +279,14 @@ class Esc:
         resp = self.sdo.handle(req, self.al_state)       # the application reads SM0 at once
         if resp is not None:
             self._pending.append(resp)
+            if not self.mem[REG_SM + 8 + 5] & 0x08:
+                self._next_mailbox()
+
+    def queue_emergency(self, error_code: int) -> None:
+        """Queue a CoE emergency for the master's next mailbox read (mailbox SMs set up)."""
+        if self.al_state in (PREOP, SAFEOP, OP):
+            self._pending.append(self.sdo.emergency(error_code))
+            self.emergencies_sent += 1
             if not self.mem[REG_SM + 8 + 5] & 0x08:
                 self._next_mailbox()
 

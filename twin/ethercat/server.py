@@ -12,6 +12,7 @@ watchdog.
 """
 from __future__ import annotations
 
+import gc
 import os
 import select
 import socket
@@ -43,6 +44,7 @@ class ServerParams:
     following_window_rad: float = 0.2
     realtime: bool = True
     record_truth: bool = True
+    clock: str = "frame"
 
 
 def build_chain(params: ServerParams) -> SlaveChain:
@@ -51,7 +53,7 @@ def build_chain(params: ServerParams) -> SlaveChain:
     q0 = params.q0 if params.q0 is not None else settings.get("q0")
     motion = make_motion([d.joint for d in cfg.drives], params.urdf, params.drives, settings, cfg.cycle_time_s)
     return SlaveChain(cfg, motion, params.n_slaves, q0, params.watchdog_s, params.following_window_rad,
-                      params.record_truth)
+                      params.record_truth, params.clock)
 
 
 def open_socket(iface: str) -> socket.socket:
@@ -70,6 +72,15 @@ def open_socket(iface: str) -> socket.socket:
 
 
 def _try_realtime() -> bool:
+    """SCHED_FIFO for the emulator, pinned to the FIRST CPU: the master's loop pins itself to the
+    last one (robot.rt.harden) and busy-polls for the answer at a higher priority -- on one
+    shared CPU it would starve the emulator it waits for."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) > 1:
+            os.sched_setaffinity(0, {cpus[0]})
+    except (OSError, AttributeError):
+        pass
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(20))
         return True
@@ -104,12 +115,15 @@ def serve(params: ServerParams, conn=None, chain: SlaveChain | None = None, stop
     if on_ready is not None:
         on_ready(info)
     waits = [sock] + ([conn] if conn is not None else [])
+    gc.collect()
+    gc.freeze()            # no collector pauses mid-run (frames allocate no reference cycles)
+    gc.disable()
     t_end = None if stop_after_s is None else time.monotonic() + stop_after_s
     recv, send, process, after = sock.recv, sock.send, chain.process, chain.after_frame
     clock, answer_ns = time.perf_counter_ns, chain.answer_ns
     try:
         while True:
-            ready, _, _ = select.select(waits, [], [], 0.02)
+            ready, _, _ = select.select(waits, [], [], 0.005)   # SM watchdog resolution
             if sock in ready:
                 while True:
                     try:
@@ -182,17 +196,20 @@ class SlaveChainProcess:
         n_slaves: drives on the line (None -> one per drive in the config).
         watchdog_s: SyncManager watchdog [s] in OP (None -> off).
         following_window_rad: CiA 402 following error window [rad].
+        clock: "frame" (one twin period per process-data frame) or "sync0" (one per elapsed
+            cycle of wall time, as a DC-synchronised drive); see :class:`SlaveChain`.
 
     Slave numbers in :meth:`inject` are 0-based bus positions (pysoem ``master.slaves[k]``).
     """
 
     def __init__(self, iface: str, config, urdf=None, drives=None, twin_settings: dict | None = None,
                  n_slaves: int | None = None, q0=None, watchdog_s: float | None = 0.5,
-                 following_window_rad: float = 0.2, realtime: bool = True, record_truth: bool = True):
+                 following_window_rad: float = 0.2, realtime: bool = True, record_truth: bool = True,
+                 clock: str = "frame"):
         self.params = ServerParams(iface, str(config), None if urdf is None else str(urdf),
                                    None if drives is None else str(drives), dict(twin_settings or {}),
                                    n_slaves, None if q0 is None else [float(x) for x in q0], watchdog_s,
-                                   following_window_rad, realtime, record_truth)
+                                   following_window_rad, realtime, record_truth, clock)
         if not Path(self.params.config).is_file():
             raise FileNotFoundError(f"EtherCAT configuration file not found: {self.params.config}")
         self._proc = None

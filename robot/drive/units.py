@@ -4,7 +4,8 @@ All functions are vectorized: arrays (..., n) in the model's joint order on the 
 order on the bus side (the bus order is the order of ``drives`` in the configuration file).
 
 Scaling (see assets/cobot6_ethercat.yaml):
-  position_actual / target_position: link-side encoder counts, ``encoder_counts_per_rev`` per rev;
+  position_actual / target_position: counts of the position encoder, ``counts_per_link_rev`` per
+      link revolution (link-side encoder: encoder_counts_per_rev; motor encoder: x gear ratio);
   velocity_actual: counts/s;
   torque_actual / torque_offset: per mille of ``rated_torque_Nm`` (motor torque reflected to the
       link side, tau'_m = eta * beta * i);
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import EthercatConfig
+from robot.config import EthercatConfig
 
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 I16_MIN, I16_MAX = -(1 << 15), (1 << 15) - 1
@@ -117,7 +118,7 @@ def make_units(cfg: EthercatConfig, joint_names: list[str] | None = None) -> Uni
     sign = np.array([x.sign for x in d], dtype=float)
     return Units(
         joint_names=tuple(names), bus_of_joint=bus_of_joint, joint_of_bus=joint_of_bus,
-        rad_per_count=sign * 2.0 * np.pi / np.array([x.encoder_counts_per_rev for x in d], float),
+        rad_per_count=sign * 2.0 * np.pi / np.array([x.counts_per_link_rev for x in d], float),
         nm_per_permille=sign * np.array([x.rated_torque_Nm for x in d]) / 1000.0,
         a_per_permille=sign * np.array([x.rated_current_A for x in d]) / 1000.0,
         nm_per_sensor_unit=sign * np.array([x.joint_torque_scale_Nm for x in d]),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import TYPES, EthercatConfig, PdoEntry
+from robot.config import TYPES, EthercatConfig, PdoEntry
 
 SM2_ASSIGN, SM3_ASSIGN = 0x1C12, 0x1C13   # SyncManager 2 (outputs) / 3 (inputs) PDO assignment
 

@@ -103,6 +103,21 @@ def is_disabled(statusword) -> np.ndarray:
                         State.FAULT])
 
 
+_EXPLAIN = {
+    State.SWITCH_ON_DISABLED: "SWITCH ON DISABLED (safe torque off, or disabled by the drive)",
+    State.QUICK_STOP_ACTIVE: "QUICK STOP ACTIVE (drive-side quick stop)",
+    State.SWITCHED_ON: "SWITCHED ON (operation disabled by the drive)",
+    State.READY_TO_SWITCH_ON: "READY TO SWITCH ON (switched off by the drive)",
+    State.NOT_READY: "NOT READY TO SWITCH ON (drive restarting)",
+}
+
+
+def explain_state(state: int) -> str:
+    """A State code -> its name and what it usually means on a running arm."""
+    st = State(int(state))
+    return _EXPLAIN.get(st, st.name)
+
+
 def describe(statusword) -> list[str]:
     """Human-readable state names, e.g. for error messages."""
     return [State(int(s)).name for s in np.atleast_1d(decode_state(statusword))]

@@ -1,0 +1,131 @@
+"""Real-time pacing and hygiene of the loop process (no pysoem, no numpy work in the hot path).
+
+* :class:`Ticker` -- absolute-deadline pacing on a fixed grid of period `dt` [s]. A cycle that
+  starts late is never followed by catch-up cycles: the next deadline is the first grid point at
+  least half a period after the late start, so two consecutive cycles are never closer than
+  ``dt / 2`` (the drives never see a doubled step from a burst). The grid keeps its phase, so with
+  distributed clocks the master stays aligned to SYNC0; :meth:`Ticker.adjust` shifts the grid by
+  the drift-compensation correction.
+* :func:`harden` -- gc off, ``mlockall``, CPU affinity, SCHED_FIFO; returns what was granted and
+  a warning text for everything that was not (the loop prints it loudly).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import time
+
+MCL_CURRENT, MCL_FUTURE = 1, 2
+
+
+class Ticker:
+    """Deadline pacing on the grid t0 + k*dt (perf_counter clock, seconds).
+
+    :meth:`wait` sleeps most of the wait and spins the last ~0.2 ms. Returns how late the cycle
+    starts, in periods (0 if on time). ``skipped`` counts grid points left out after late starts.
+    """
+
+    def __init__(self, dt: float, clock=time.perf_counter, sleep=time.sleep):
+        self.dt = float(dt)
+        self.clock, self.sleep = clock, sleep
+        self.next = clock()
+        self.skipped = 0
+        self.last_start = None
+
+    def wait(self) -> float:
+        clock = self.clock
+        rem = self.next - clock()
+        if rem > 3e-4:
+            self.sleep(rem - 2e-4)
+        while clock() < self.next:
+            pass
+        now = clock()
+        late = (now - self.next) / self.dt
+        self.last_start = now
+        nxt = self.next + self.dt
+        if nxt - now < 0.5 * self.dt:          # late: skip grid points, never burst
+            k = int((now + 0.5 * self.dt - nxt) // self.dt) + 1
+            nxt += k * self.dt
+            self.skipped += k
+        self.next = nxt
+        return max(0.0, late)
+
+    def adjust(self, shift_s: float) -> None:
+        """Move the grid by `shift_s` [s] (drift compensation; keep |shift| << dt)."""
+        self.next += shift_s
+
+
+class DcAligner:
+    """Master-cycle alignment to the DC reference clock (a PI loop, as in SOEM's examples).
+
+    Each cycle, with the reference clock's system time `dc_ns` read by the frame's FRMW datagram
+    [ns], the phase error is the distance of ``dc_ns - target_ns`` from the SYNC0 grid (multiples
+    of `cycle_ns`), wrapped to (-cycle/2, cycle/2]. :meth:`update` returns the correction [s] to
+    add to the master's next deadline, so that the frames pass the slaves `target_ns` after each
+    cycle boundary (SYNC0 fires at the boundary + its configured shift, later than the frame).
+    The PI gains also absorb the drift between the master's clock and the reference clock.
+    """
+
+    def __init__(self, cycle_ns: int, target_ns: int, kp: float = 0.1, ki: float = 0.005):
+        self.cycle = int(cycle_ns)
+        self.shift = int(target_ns)
+        self.kp, self.ki = kp, ki
+        self.integral = 0.0
+        self.error_ns = 0
+
+    def phase_error(self, dc_ns: int) -> int:
+        d = (int(dc_ns) - self.shift) % self.cycle
+        if d > self.cycle // 2:
+            d -= self.cycle
+        return d
+
+    def update(self, dc_ns: int) -> float:
+        if not dc_ns:
+            return 0.0
+        e = self.phase_error(dc_ns)
+        self.error_ns = e
+        self.integral += e
+        lim = self.cycle / self.ki if self.ki else 0.0
+        self.integral = max(-lim, min(lim, self.integral))
+        corr = -(self.kp * e + self.ki * self.integral)       # late frames -> start earlier
+        bound = 0.05 * self.cycle                                # at most 5 % of a period per cycle
+        return max(-bound, min(bound, corr)) * 1e-9
+
+
+def harden(realtime: bool = True, cpu: int | None = None, priority: int = 30) -> dict:
+    """RT hygiene for the loop process. Returns {"gc_off", "mlockall", "affinity", "sched_fifo",
+    "warnings": [..]}; nothing here raises."""
+    out = {"gc_off": False, "mlockall": False, "affinity": None, "sched_fifo": False, "warnings": []}
+    gc.collect()
+    gc.disable()
+    out["gc_off"] = True
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        if libc.mlockall(MCL_CURRENT | MCL_FUTURE) == 0:
+            out["mlockall"] = True
+        else:
+            out["warnings"].append(f"mlockall failed ({os.strerror(ctypes.get_errno())}): page faults "
+                                   f"may stall the loop (needs root or CAP_IPC_LOCK, ulimit -l)")
+    except (OSError, AttributeError) as exc:
+        out["warnings"].append(f"mlockall unavailable ({exc})")
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        pick = cpu if cpu is not None else cpus[-1]
+        os.sched_setaffinity(0, {pick})
+        out["affinity"] = pick
+    except (OSError, AttributeError, IndexError) as exc:
+        out["warnings"].append(f"CPU affinity not set ({exc})")
+    if realtime:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            out["sched_fifo"] = True
+        except (OSError, AttributeError) as exc:
+            out["warnings"].append(
+                f"SCHED_FIFO unavailable ({exc}): the 1 ms loop runs with normal priority and will "
+                f"see late cycles; run as root or grant CAP_SYS_NICE (setcap cap_sys_nice+ep "
+                f"<python>) and check /proc/sys/kernel/sched_rt_runtime_us")
+    else:
+        out["warnings"].append("SCHED_FIFO not requested (hardware.realtime: false)")
+    return out
