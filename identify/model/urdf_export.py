@@ -78,6 +78,8 @@ def _clean_inertial(p: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         return 0.0, np.zeros(3), np.zeros((3, 3))
     m, c, I_c = inertial_from_params(p)
     lam, V = np.linalg.eigh(0.5 * (I_c + I_c.T))
+    if lam.min() >= 0:          # physical as it is: written unchanged, bit for bit
+        return float(m), np.asarray(c, float), I_c
     return float(m), np.asarray(c, float), (V * np.clip(lam, 0.0, None)) @ V.T
 
 
