@@ -136,3 +136,19 @@ def test_velocity_from_the_log_is_used(xarm):
                                         smooth_passes=0))
     np.testing.assert_allclose(a.qd, log.qd[:a.qd.shape[0]], atol=1e-7)
     assert np.max(np.abs(b.qd - log.qd[:b.qd.shape[0]])) > 1e-4     # differences of noisy q
+
+
+def test_torque_ratio_guard_without_effort_limits():
+    """No effort limits in the URDF: motor-side gains (100x too small) are caught by the ratio to
+    the gravity torque on most joints; friction-dominated wrists (10-20x) are not refused."""
+    from types import SimpleNamespace
+    from identify.logs import guards
+    n = 6
+    model = SimpleNamespace(joint_names=[f"j{k}" for k in range(n)],
+                            limits=SimpleNamespace(tau_max=np.full(n, np.inf)))
+    rng = np.random.default_rng(0)
+    grav = rng.normal(size=(500, n)) * np.array([0.0, 40, 20, 2, 0.5, 0.05])
+    ok = grav + rng.normal(size=grav.shape) * np.array([1, 2, 1, 1, 1, 0.8])   # wrists: friction
+    guards.check_torque(ok, grav, model, "log.csv", from_currents=True)
+    with pytest.raises(LogError, match=r"log.csv: motor torque RMS .* check current_gains"):
+        guards.check_torque(ok / 100.0, grav, model, "log.csv", from_currents=True)

@@ -7,7 +7,7 @@ after the import's unit conversion; ``fit.*.check_units: false`` turns them off.
 | positions beyond the URDF limits by more than max(0.5 rad, 25 % of the range) | degrees read as radians | ``position_unit: deg`` |
 | positions beyond the limits by less | the arm's zero differs from the URDF's, or wrong joints | (warning) |
 | sample rate < 10 Hz or > 100 kHz | milliseconds / microseconds / nanoseconds read as seconds, or the reverse | ``time_scale`` |
-| 99th-percentile motor torque > 5x the URDF effort limit, or 50x away from the URDF's gravity torque on two thirds of the joints | current gains in the wrong unit (mA, or per motor side) | ``current_gains`` |
+| 99th-percentile motor torque > 5x the URDF effort limit, or 50x away from the URDF's gravity torque on half of the joints | current gains in the wrong unit (mA, or per motor side) | ``current_gains`` |
 """
 from __future__ import annotations
 
@@ -91,10 +91,10 @@ def check_torque(tau_m: np.ndarray, rigid: np.ndarray | None, model, where: str,
     ok = r > 1e-3 * max(float(r.max()), 1e-12)
     ratio = np.where(ok, m / np.where(ok, r, 1.0), 1.0)
     # wrist joints can legitimately be friction-dominated (10-20x their small gravity torque):
-    # refuse only a factor of 50 on two thirds of the joints with a gravity torque (currents in
+    # refuse only a factor of 50 on half of the joints with a gravity torque (currents in
     # mA are 1000x off, motor-side gains ~100x)
     bad = np.flatnonzero(ok & ((ratio > 50) | (ratio < 0.02)))
-    if bad.size and bad.size >= max(2, int(np.ceil(2 * ok.sum() / 3))):
+    if bad.size and bad.size >= max(2, int(np.ceil(ok.sum() / 2))):
         j = int(bad[0])
         raise LogError(f"{where}: motor torque RMS {m[j]:.4g} N*m of joint {names[j]} is "
                        f"{ratio[j]:.3g}x the rigid-body torque of the URDF ({r[j]:.4g} N*m) "
