@@ -155,10 +155,14 @@ def main(argv=None):
                     help="SLSQP wall-time budget as a multiple of ours")
     ap.add_argument("--skip-slsqp", action="store_true")
     ap.add_argument("--z-min", type=float, default=None, help="table plane [m] for all three")
+    ap.add_argument("--collision-margin", type=float, default=-1.0,
+                    help="self-collision margin [m] of (c) (negative: none, as in issue 4; (a) and "
+                         "(b) never check collisions: see bench_excitation_design.py)")
     args = ap.parse_args(argv)
 
     model = load_model()
-    problem = ExcitationProblem(z_min=args.z_min)
+    problem = ExcitationProblem(z_min=args.z_min, collision_margin=None
+                                if args.collision_margin < 0 else args.collision_margin)
     n_check = 10 * problem.n_grid
     print(f"arm {model.name} ({model.n} joints); H = {problem.harmonics}, wf = {problem.wf:.4f} rad/s, "
           f"grid {problem.n_grid}, check grid {n_check}, limit_scale {problem.limit_scale}, "
@@ -171,7 +175,9 @@ def main(argv=None):
     t0 = time.perf_counter()
     res = optimize_excitation(model, problem, seed=args.seed, n_starts=args.starts, progress=True)
     t_ours = time.perf_counter() - t0
-    check_trajectory(model, res.trajectory, lim, n_check)
+    check_trajectory(model, res.trajectory, lim, n_check)      # limits hold (raises otherwise)
+    if not (np.isfinite(res.cond) and res.cond >= 1.0):
+        raise SystemExit(f"insane result: cond(W_base) = {res.cond!r}")
     print(f"(c) CasADi+IPOPT: cond {res.cond:.2f}, wall {t_ours:.1f} s "
           f"(solver {res.solver_time_s:.1f} s, build {res.build_time_s:.1f} s), starts: " +
           ", ".join(f"{s['cond']:.2f}/{s['iterations']}it/{s['time_s']:.1f}s" for s in res.starts))

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from identify.common.jsonutil import to_jsonable
+from identify.backend.clearance import check_clearance
 from identify.backend.recording import ChunkWriter, Recording, assemble_chunks
 
 from . import loop as L
@@ -242,6 +243,7 @@ class HardwareBackend:
                 raise SafetyRefused("a torque feed-forward model needs the whole arm (no arm.joints "
                                     "subset)")
         self.check(trajectory, periods)
+        check_clearance(self.full.source, self.model.joint_names, trajectory)   # collisions
         traj_full = _FullTrajectory(trajectory, self)
         if not s.iface:
             if not s.dry_run:

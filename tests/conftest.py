@@ -52,3 +52,14 @@ def tiny_scenario(name: str, twin: dict | None = None, **sections) -> dict:
     }
     scn.update(sections)
     return scn
+
+
+@pytest.fixture(scope="session")
+def golden_run_folders(tmp_path_factory):
+    """name -> run folder of each golden scenario (tests/golden_runs.py: quickstart, paper
+    replication), run once per session through the real command line with a cold trajectory
+    cache. Shared by the golden-document test and the README test."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import golden_runs as G
+    tmp = tmp_path_factory.mktemp("golden")
+    return {name: G.run(name, tmp / name, tmp / "cache") for name in G.SCENARIOS}

@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-from identify import RobotModel
 from identify.model.base_params import compute_base_parameters, random_states
 from identify.model.friction import full_regressor, joint_columns
 

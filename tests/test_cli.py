@@ -408,7 +408,16 @@ def test_perturbed_prior_is_physical_seeded_and_not_the_truth():
         assert np.linalg.eigvalsh(pseudo_inertia(a[10 * k:10 * k + 10])).min() > 0
         r = a[10 * k] / p[10 * k]
         assert 0.8 <= r <= 1.2 and r != 1.0
-    np.testing.assert_allclose(a[1:4] / a[0], p[1:4] / p[0])     # CoM kept
+    from identify.model.spatial import inertial_from_params
+    shifts, shape = [], []
+    for k in range(model.n):                 # CoM moved (mm to cm), inertia shape changed
+        m0, c0, I0 = inertial_from_params(p[10 * k:10 * k + 10])
+        m1, c1, I1 = inertial_from_params(a[10 * k:10 * k + 10])
+        shifts.append(np.abs(c1 - c0).max())
+        l0, l1 = np.linalg.eigvalsh(I0), np.linalg.eigvalsh(I1)
+        shape.append(np.ptp(l1 / l0))        # unequal scaling of the principal moments
+    assert 1e-3 < max(shifts) < 0.1 and min(shifts) > 1e-4, shifts
+    assert max(shape) > 0.05, shape
     np.testing.assert_array_equal(perturbed_inertials(p, 0.0, 1), p)
 
     class Rec:
@@ -496,3 +505,53 @@ def test_joint_subset_run_end_to_end(tmp_path):
     _check_stage2_block(p["models"]["improved"]["stage2"], m)
     md = (out / "report.md").read_text()
     assert "| model | joint2 | joint3 | overall |" in md
+
+
+def test_reused_out_is_refused_then_forced_without_old_plots(quick_run, tmp_path, capsys):
+    """Issue 13: a second run on a finished --out is refused before any work (exit 2); with
+    --force and plots: false, the new report embeds none of the first run's plots."""
+    import shutil
+    out = tmp_path / "reuse"
+    shutil.copytree(quick_run, out)
+    assert list((out / "plots").glob("*.png"))
+    f = fast_quickstart(tmp_path, outputs={"plots": False})
+    assert main(["--quiet", "run", str(f), "--out", str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert main(["--quiet", "run", str(f), "--out", str(out), "--force"]) == 0
+    html = (out / "report.html").read_text()
+    assert "<img" not in html and not (out / "plots").exists()
+    assert json.loads((out / "metrics.json").read_text())["files"]["plots"] == []
+    assert not (out / ".twinid.lock").exists()
+    assert (out / "report.html").stat().st_size < 1_000_000
+
+
+def test_quickstart_report_is_small(quick_run):
+    """Issue 13: plots embedded in report.html, which stays below 1 MB."""
+    html = (quick_run / "report.html").read_text()
+    m = json.loads((quick_run / "metrics.json").read_text())
+    assert m["files"]["plots"] and html.count("<img") == len(m["files"]["plots"])
+    assert (quick_run / "report.html").stat().st_size < 1_000_000
+
+
+def test_trajectory_folder_is_reportable(tmp_path, capsys):
+    f = fast_quickstart(tmp_path)
+    out = tmp_path / "traj"
+    assert main(["--quiet", "trajectory", str(f), "--out", str(out)]) == 0
+    assert yaml.safe_load((out / "trajectories.yaml").read_text())["kind"] == "trajectories"
+    html = (out / "report.html").read_text()
+    assert "twinid trajectory" in html and html.count("<img") == 2
+    (out / "report.html").unlink()
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.html").is_file()
+
+
+def test_stop_signal_exit_code_is_128_plus_signal():
+    """A hardware run ended by SIGTERM / SIGHUP (robot.runfiles.StopSignal, after the stop
+    sequence) exits 143 / 129 like a process killed by that signal, not 3 (runtime failure)."""
+    import signal as _signal
+    from identify.app.cli import classify
+    from robot.runfiles import StopSignal
+    assert classify(StopSignal(_signal.SIGTERM)) == 143
+    assert classify(StopSignal(_signal.SIGHUP)) == 129
+    assert classify(KeyboardInterrupt()) == 130
+    assert classify(RuntimeError("x")) == 3

@@ -13,11 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import golden_runs as G  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def golden_run_folders(tmp_path_factory):
-    """name -> run folder of each golden scenario, run now."""
-    tmp = tmp_path_factory.mktemp("golden")
-    return {name: G.run(name, tmp / name, tmp / "cache") for name in G.SCENARIOS}
+# golden_run_folders: the session fixture in tests/conftest.py (shared with test_readme.py)
 
 
 @pytest.mark.slow

@@ -506,7 +506,9 @@ def test_parallel_filtering_unbiases_link_and_motor_friction(model, base):
     rec = _raw_recording(model, tr, seed=61)
     res = {}
     for on in (True, False):
-        d = process(rec, ProcessingSettings(filter_regressor=on))
+        # every sample fitted (reversal_speed_rad_s=None): leaving the reversals out would
+        # also remove most of the smeared-step bias this test demonstrates
+        d = process(rec, ProcessingSettings(filter_regressor=on, reversal_speed_rad_s=None))
         im = ImprovedModel(model, base, coulomb_eps=0.0, compliance=False,
                            variants=("linear",)).fit(d)
         sm = SimplifiedModel(model, base, coulomb_eps=0.0).fit(d)
@@ -534,12 +536,18 @@ def test_parallel_filtering_unbiases_link_and_motor_friction(model, base):
             np.testing.assert_allclose(W[..., keep], plain[..., keep], rtol=0, atol=1e-12)
             np.testing.assert_array_equal(design_from(model, base, d)[0], W)
     on, off = res[True], res[False]
-    for key in ("fc", "fv", "f_mc", "f_mv", "sm_fc"):
+    for key in ("fc", "fv", "f_mc", "f_mv"):
         assert np.all(np.abs(on[key]) < 3), (key, on[key])
+    # the simplified model's lumped Coulomb "truth" f_lc / (1 - xi) + f_mc is an approximation
+    # (the reducer loss is not a constant Coulomb term); joint 4 (excluded below for the same
+    # reason) misses it by 5.5 sigma with the HAC std (issue 16), the others stay within 3
+    assert np.all(np.abs(on["sm_fc"][[0, 1, 2, 4, 5]]) < 3), on["sm_fc"]
     assert np.all(np.abs(on["fc_rel"]) < 0.01), on["fc_rel"]
-    assert np.all(off["fc"] < -6) and np.all(off["fv"] > 6), (off["fc"], off["fv"])
+    # (beyond 6 sigma with the per-joint tau-inflated std; the HAC std of issue 16 sees part of
+    # the smeared-step misfit as correlated residual and is wider, 3.2-4.2 sigma)
+    assert np.all(off["fc"] < -3) and np.all(off["fv"] > 3), (off["fc"], off["fv"])
     assert np.all(off["fc_rel"] < -0.03) and np.all(off["fv_rel"] > 0.2)
-    assert np.all(off["sm_fc"][[0, 1, 2, 4, 5]] < -6), off["sm_fc"]
+    assert np.all(off["sm_fc"][[0, 1, 2, 4, 5]] < -2.5), off["sm_fc"]
 
 
 def test_coulomb_column_without_chain_and_errors(model, base, noise_free):
@@ -576,7 +584,9 @@ def test_parallel_filtering_of_the_opposing_reducer_friction(model, base):
     T = np.column_stack([tr.xi, tr.f_mc, tr.f_mv, tr.J_m])
     z = {}
     for on in (True, False):
-        d = process(rec, ProcessingSettings(filter_regressor=on))
+        # every sample fitted (reversal_speed_rad_s=None): leaving the reversals out would
+        # also remove most of the smeared-step bias this test demonstrates
+        d = process(rec, ProcessingSettings(filter_regressor=on, reversal_speed_rad_s=None))
         im = ImprovedModel(model, base, coulomb_eps=0.0, compliance=False, load_eps=LOAD_EPS,
                            friction_term="opposing", variants=("opposing",)).fit(d)
         P, S = im.stage2_.params, im.stage2_.std

@@ -1,6 +1,5 @@
 """Optional friction/drive effects: each does what its setting says (closed forms on the truth)."""
 import numpy as np
-import pytest
 
 from twin import TwinConfig, TwinSim
 

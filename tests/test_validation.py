@@ -240,7 +240,7 @@ def test_plots(model, base, fitted, tmp_path):
              plot_stage2(im.stage2_, tmp_path / "s2.png"),
              plot_decomposition(res, "validation", "improved", tmp_path / "dec.png")]
     for p in paths:
-        assert p.exists() and p.stat().st_size > 10_000, p
+        assert p.exists() and p.stat().st_size > 5_000, p     # palette PNGs (issue 13)
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob("*.partial*"))
     with pytest.raises(ValueError, match="no trajectory"):

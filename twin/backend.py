@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from identify.backend.recording import Recording
+from identify.backend.clearance import check_clearance
 
 from identify.common.jsonutil import to_jsonable
 from .config import TwinConfig, TwinSettings
@@ -158,6 +159,8 @@ class TwinBackend:
             for full, a in zip((q1, qd1, qdd1), sub):
                 full[:, act] = a
         self.check_trajectory(q1, qd1, qdd1, t_one)
+        # self-collision and declared obstacles (PyBullet on the URDF's shapes, 10x the optimizer grid)
+        check_clearance(self.arm["urdf"], self.joint_names, trajectory)
         # command grid over all periods: qc[m] is the target of control period m (reached at t_{m+1})
         idx = np.concatenate([np.arange(n_per)] * periods + [[n_per]])
         qc = q1[idx]
@@ -229,6 +232,10 @@ class TwinBackend:
         qd_meas = sensors.sample_velocity(src["qd_m"])
         tau_m_meas = i_meas * cfg.drives.torque_factor
         q_cmd = q1[idx[sample_steps]]
+        # RMS of the measurement error actually injected per joint (noise, quantization, offset,
+        # drift, scale; measured minus the true value of the same, possibly delayed, instant):
+        # the noise floor of RMS figures (identify.app.identification.noise_floors)
+        inj = {"tau_j": tau_meas - src["tau_r"], "tau_m": tau_m_meas - src["tau_m"]}
         meta = {
             "backend": "twin",
             "arm": {"urdf": str(cfg.urdf), "drives": str(cfg.drives_path), "payload": cfg.payload},
@@ -265,6 +272,9 @@ class TwinBackend:
                   for c in s.contacts]
             truth["f_ext"] = np.stack([np.outer(a, c["force_N"]) for a, c in zip(on, s.contacts)], axis=1)
             meta["contacts"] = to_jsonable(list(s.contacts))
+        meta["injected_noise_rms"] = {
+            "note": "RMS over the recording of measured minus true value, per joint [N*m]",
+            **{ch: np.sqrt(np.mean(e[:, act] ** 2, axis=0)).tolist() for ch, e in inj.items()}}
         # the drive coefficients as simulated (twin.truth; names of docs/joint_models.md)
         meta["drive_truth"] = drive_truth(cfg, sim.reducer, truth, act)
         return Recording(t=t, q=q_meas, tau_j=tau_meas, i_m=i_meas, tau_m=tau_m_meas,

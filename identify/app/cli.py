@@ -2,13 +2,19 @@
 
 Subcommands::
 
-    twinid run SCENARIO [--out DIR]            whole pipeline: trajectories, backend run, identification, report
+    twinid run SCENARIO [--out DIR] [--force] [--yes]
+                                               whole pipeline: trajectories, backend run, identification, report
     twinid sweep SCENARIO [--out DIR] [--dask ADDRESS] [--workers N]
                                                noise-sensitivity grid x Monte Carlo seeds
     twinid fit SCENARIO [--out DIR] [--log FILE] [--validation-log FILE]
                                                identify from recordings / CSV / NPZ logs made elsewhere
     twinid trajectory SCENARIO [--out DIR]     optimize and save the excitation/validation trajectories
-    twinid report DIR                          rebuild report.md / report.html of a finished run
+    twinid report DIR                          rebuild report.md / report.html of a run or trajectory folder
+    twinid --version
+
+A run folder is claimed before any work (exclusive lock; writable with room to spare); an
+existing non-empty --out is refused unless --force. A run or sweep whose estimated time or memory
+exceeds the budget (scenario/budget.py) is refused unless --yes.
 
 Exit codes (scripts can rely on them):
 
@@ -19,6 +25,7 @@ Exit codes (scripts can rely on them):
     4    safety refusal: the backend refused to move the arm (limits, not armed, ...) or a
          safety stop of the hardware backend (robot.safety.SafetyError and subclasses)
     130  interrupted (Ctrl-C); finished sweep runs stay on disk and are skipped on the next run
+    143  SIGTERM (129 SIGHUP) during a hardware run, after the defined stop sequence
 """
 from __future__ import annotations
 
@@ -51,31 +58,50 @@ def _parser() -> argparse.ArgumentParser:
         description="Dynamic parameter identification of robot arms: PyBullet twin or EtherCAT arm.",
         epilog="exit codes: 0 ok, 2 bad input/scenario, 3 runtime failure, 4 safety refusal, "
                "130 interrupted. See docs/cli.md for the scenario keys.")
+    p.add_argument("--version", action="version", version=f"twinid {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    force = argparse.ArgumentParser(add_help=False)
+    force.add_argument("--force", action="store_true",
+                       help="reuse a non-empty --out folder: a previous run's outputs are removed")
+    yes = argparse.ArgumentParser(add_help=False)
+    yes.add_argument("--yes", action="store_true",
+                     help="run even when the estimated time or memory exceeds the budget")
 
-    r = sub.add_parser("run", parents=[common], help="run the whole pipeline from a scenario")
+    r = sub.add_parser("run", parents=[common, force, yes],
+                       help="run the whole pipeline from a scenario")
     r.add_argument("scenario", help="scenario YAML file")
     r.add_argument("--out", help="run folder (default: <outputs.dir>/<timestamp>_<name>)")
 
-    s = sub.add_parser("sweep", parents=[common], help="noise-sensitivity sweep (grid x seeds)")
+    s = sub.add_parser("sweep", parents=[common, yes], help="noise-sensitivity sweep (grid x seeds)")
     s.add_argument("scenario", help="scenario YAML file (uses its sweep section)")
     s.add_argument("--out", help="sweep folder; re-running on the same folder skips finished runs")
     s.add_argument("--dask", metavar="ADDRESS", help="run on this Dask distributed scheduler")
     s.add_argument("--workers", type=int, help="local worker processes (default: all cores)")
 
-    f = sub.add_parser("fit", parents=[common], help="identify from recordings or CSV/NPZ logs")
+    f = sub.add_parser("fit", parents=[common, force],
+                       help="identify from recordings or CSV/NPZ logs")
     f.add_argument("scenario", help="scenario YAML file (uses its fit section)")
     f.add_argument("--out", help="run folder")
     f.add_argument("--log", help="excitation log/recording (overrides fit.excitation.file)")
     f.add_argument("--validation-log", help="validation log (overrides fit.validation.file)")
 
-    t = sub.add_parser("trajectory", parents=[common], help="optimize and save trajectories")
+    t = sub.add_parser("trajectory", parents=[common, force],
+                       help="optimize and save trajectories (a trajectory folder with a report)")
     t.add_argument("scenario", help="scenario YAML file")
     t.add_argument("--out", help="folder for the trajectory files and plots")
 
     rp = sub.add_parser("report", parents=[common], help="rebuild the report of a finished run")
     rp.add_argument("dir", help="run folder")
     return p
+
+
+def _version() -> str:
+    """The installed package's version (pyproject.toml), else the source tree's."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return version("twinid")
+    except (ImportError, PackageNotFoundError):
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet = getattr(args, "quiet", False)
     debug = getattr(args, "debug", False)
     progress.set_quiet(quiet)
+    _matplotlib_config_dir()
     try:
         out = _dispatch(args)
         if out is not None:      # the result path(s) on stdout, also under --quiet (for scripts)
@@ -111,12 +138,25 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
 
+def _matplotlib_config_dir() -> None:
+    """With a read-only HOME, give matplotlib a temporary config folder (else it warns on its
+    own, besides twinid's one cache warning)."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    from identify.common.fileio import writable_problem
+    if writable_problem(os.path.join(os.path.expanduser("~"), ".config", "matplotlib")):
+        import tempfile
+        os.environ["MPLCONFIGDIR"] = tempfile.mkdtemp(prefix="twinid-mpl-")
+
+
 def classify(exc: BaseException) -> int | None:
     """Exit code for an exception (None: let it propagate, e.g. SystemExit)."""
     if isinstance(exc, (SystemExit, GeneratorExit)):
         return None
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
+    if isinstance(getattr(exc, "signum", None), int):    # a backend stopped on SIGTERM / SIGHUP
+        return 128 + exc.signum
     if isinstance(exc, (ScenarioError, InputError, FileNotFoundError)):
         return EXIT_INPUT
     names = {c.__name__ for c in type(exc).__mro__}
@@ -138,19 +178,20 @@ def _dispatch(args) -> str | None:
     scn = load_scenario(args.scenario)
     if args.command == "run":
         from .pipeline import run_scenario
-        return str(run_scenario(scn, out=args.out).folder)
+        return str(run_scenario(scn, out=args.out, force=args.force, yes=args.yes).folder)
     if args.command == "fit":
         from .pipeline import fit_scenario
         return str(fit_scenario(scn, out=args.out, log=args.log,
-                                validation_log=args.validation_log).folder)
+                                validation_log=args.validation_log, force=args.force).folder)
     if args.command == "trajectory":
         from .pipeline import trajectories_only
-        return str(trajectories_only(scn, out=args.out))
+        return str(trajectories_only(scn, out=args.out, force=args.force))
     if args.command == "sweep":
         from .sweep import run_sweep
         if args.workers is not None and args.workers < 1:
             raise InputError(f"--workers must be >= 1, got {args.workers}")
-        res = run_sweep(scn, out=args.out, dask_address=args.dask, workers=args.workers)
+        res = run_sweep(scn, out=args.out, dask_address=args.dask, workers=args.workers,
+                        yes=args.yes)
         return str(res.folder)
     raise InputError(f"unknown command {args.command!r}")  # pragma: no cover -- argparse guards
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from identify.common import progress
 from identify.estimation.consistency import ConsistentFit
+from identify.estimation.delay import estimate_delay
 from identify.estimation.design import BlockDesign, design_cond, design_from
 from identify.estimation.improved import ImprovedModel
 from identify.estimation.processing import ProcessingSettings, process
@@ -25,9 +26,9 @@ from identify.validation.parameter_errors import stage2_errors, true_base_parame
 from identify.validation.validate import validate
 
 from .prior import prior_parameters
-from .results import (Export, Fits, Identification, ModelValidation, Prior, RmsFigure,
-                      TruthComparison)
-from .truth import recorded_settings, true_link_parameters, twin_settings
+from .results import (Export, Fits, Identification, ModelValidation, NoiseFloor, Prior,
+                      RmsFigure, TruthComparison)
+from .truth import recorded_drive_truth, recorded_settings, true_link_parameters, twin_settings
 
 
 def coulomb_eps(scn: Scenario) -> float:
@@ -57,10 +58,19 @@ def alias_signal(processed: dict, signal: str) -> None:
             raise ValueError("the excitation data have only joint torques; the validation data "
                              "have none")
         d.tau_m = d.tau_j
+        for extra in ("raw", "noise_floor"):      # raw measurement / noise floor alike
+            x = getattr(d, extra, None)
+            if isinstance(x, dict) and "tau_j" in x:
+                x["tau_m"] = x["tau_j"]
 
 
-def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = None) -> dict:
-    """label -> Processed (identify.estimation.processing) with the scenario's settings."""
+def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = None,
+                       base=None) -> dict:
+    """label -> Processed (identify.estimation.processing) with the scenario's settings. With
+    ``processing.delay: auto`` each recording's torque delay is estimated from the data
+    (:func:`identify.estimation.delay.estimate_delay` on the stage-1 / simplified design of the
+    uncompensated data) and the recording processed again with it compensated; the estimate is
+    in ``Processed.meta["processing"]["delay_estimate"]``."""
     ps = ProcessingSettings.from_dict(scn.processing)
     processed = {}
     with progress.step("processing", timings):
@@ -68,8 +78,33 @@ def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = 
             if list(rec.joint_names) != list(model.joint_names):
                 raise ValueError(f"{label} recording joints {list(rec.joint_names)} differ from the "
                                  f"model's {list(model.joint_names)}")
-            processed[label] = process(rec, ps)
+            d = process(rec, ps)
+            if ps.delay == "auto":
+                terms = tuple(scn.identification.friction_terms)
+                if base is None:
+                    base = compute_base_parameters(model, terms=terms, seed=0)
+                est = estimate_delay(d, design_from(model, base, d, terms=terms)[0])
+                d = process(rec, ps, delay_s=est.delay_s)
+                d.meta["processing"]["delay_estimate"] = est.to_dict()
+            processed[label] = d
     return processed
+
+
+def estimate_delays(model, base, terms, processed: dict, designs: dict) -> dict:
+    """label -> DelayEstimate of the torque delay left in the processed data (after any
+    compensation; ~0 when the data are aligned). Reported in metrics.json (``delay``)."""
+    out = {}
+    for label, d in processed.items():
+        W = designs.get(label)
+        if isinstance(W, BlockDesign):
+            continue                    # long logs: the search needs the design in memory
+        if W is None:
+            W = design_from(model, base, d, terms=terms)[0]
+        try:
+            out[label] = estimate_delay(d, W)
+        except ValueError:
+            continue                    # too short a recording for the search: not reported
+    return out
 
 
 def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None = None) -> Fits:
@@ -116,7 +151,8 @@ def build_truth(scn: Scenario, model, base, recs: dict, warnings: list) -> Truth
     terms = tuple(scn.identification.friction_terms)
     cmp = TruthComparison(expected=scn.backend == "twin")
     try:
-        truth = true_link_parameters(scn, model, twin_settings(scn, recs))
+        truth = true_link_parameters(scn, model, twin_settings(scn, recs),
+                                     drive_truth=recorded_drive_truth(recs))
     except ValueError as exc:
         warnings.append(f"no parameter truth: {exc}")
         return cmp
@@ -139,8 +175,54 @@ def build_truth(scn: Scenario, model, base, recs: dict, warnings: list) -> Truth
     return cmp
 
 
+def noise_floors(recs: dict, processed: dict) -> dict:
+    """trajectory -> {"tau_m", "tau_j"} -> :class:`NoiseFloor` of the raw signals RMS figures are
+    computed against: on the twin the RMS of the noise it injected
+    (``meta["injected_noise_rms"]``), when the processed samples are the recording's own samples
+    (no resampling or period averaging, which change the noise); otherwise the estimate of the
+    processing (``Processed.noise_floor``)."""
+    out = {}
+    for label, d in processed.items():
+        rec = recs.get(label)
+        injected = ((getattr(rec, "meta", None) or {}).get("injected_noise_rms") or {})
+        steps = " ".join(d.meta.get("processing", {}).get("steps", []))
+        same = rec is not None and "resampled" not in steps and "averaged" not in steps
+        floors = {}
+        for ch in ("tau_m", "tau_j"):
+            if getattr(d, ch, None) is None:
+                continue
+            if same and injected.get(ch) is not None:
+                pj = np.asarray(injected[ch], float)
+                floors[ch] = NoiseFloor(pj, float(np.sqrt(np.mean(pj ** 2))), "twin: injected")
+            elif ch in (getattr(d, "noise_floor", None) or {}):
+                pj = np.asarray(d.noise_floor[ch], float)
+                floors[ch] = NoiseFloor(pj, float(np.sqrt(np.mean(pj ** 2))),
+                                        "estimate: local cubic fit residual")
+        out[label] = floors
+    return out
+
+
+def _outside_reversals(d, preds: dict, raw_m, stage1) -> dict:
+    """model -> RmsFigure against the raw signal over the samples outside velocity reversals
+    (``Processed.fit_mask``), per joint over that joint's samples; {} without a mask."""
+    mask = getattr(d, "fit_mask", None)
+    if mask is None:
+        return {}
+    mask = np.asarray(mask, bool)
+    cnt = np.maximum(mask.sum(axis=0), 1)
+
+    def fig(err):
+        e2 = np.asarray(err, float) ** 2 * mask
+        return RmsFigure(np.sqrt(e2.sum(axis=0) / cnt), float(np.sqrt(e2.sum() / cnt.sum())))
+    out = {m: fig(p - raw_m) for m, p in preds.items()}
+    if stage1:
+        out["stage1_tau_j"] = fig(stage1[0] - stage1[1])
+    return out
+
+
 def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComparison, *,
-                    decompose: bool = True, timings: dict | None = None) -> ModelValidation:
+                    decompose: bool = True, timings: dict | None = None,
+                    recs: dict | None = None) -> ModelValidation:
     """Predictions and RMS of every fitted model on every trajectory with a motor torque; the
     improved model's headline route; every reducer-friction variant (closed form); cond of the
     measured designs."""
@@ -156,17 +238,26 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
                         designs={k: W[k] for k in with_tau_m} if blocks and im is None else None,
                         truth_base=truth.base if im is not None else None)
     head = f"improved_{route}" if route in routes else "improved_closed_form"
-    preds, rms, improvement = {}, {}, {}
+    preds, rms, rms_f, rms_o, improvement = {}, {}, {}, {}, {}
+    pred_r = raw_j = None
     for label in vres.rms:
         P = dict(vres.predictions[label])
         R = {m: RmsFigure(np.asarray(v), float(vres.rms_overall[label][m]))
              for m, v in vres.rms[label].items()}
+        RF = {m: RmsFigure(np.asarray(v), float(vres.rms_filtered_overall[label][m]))
+              for m, v in vres.rms_filtered[label].items()}
         if im is not None:
-            P["improved"], R["improved"] = P[head], R[head]
+            P["improved"], R["improved"], RF["improved"] = P[head], R[head], RF[head]
             d = processed[label]
             if d.tau_j is not None:
-                R["stage1_tau_j"] = RmsFigure.of(im.predict_tau_r(d, W[label]) - d.tau_j)
-        preds[label], rms[label] = P, R
+                pred_r = im.predict_tau_r(d, W[label])
+                raw_j = (getattr(d, "raw", None) or {}).get("tau_j")
+                raw_j = d.tau_j if raw_j is None else raw_j
+                R["stage1_tau_j"] = RmsFigure.of(pred_r - raw_j)
+                RF["stage1_tau_j"] = RmsFigure.of(pred_r - d.tau_j)
+        preds[label], rms[label], rms_f[label] = P, R, RF
+        rms_o[label] = _outside_reversals(processed[label], P, vres.measured[label],
+                                          R.get("stage1_tau_j") and (pred_r, raw_j))
         if head in vres.change.get(label, {}):
             improvement[label] = float(vres.change[label][head])
     variants = {}
@@ -174,10 +265,12 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
         for v in im.stage2_all_:
             variants[v] = {label: RmsFigure.of(
                 im.predict(processed[label], route="closed_form", W=W[label], variant=v)
-                - processed[label].tau_m).overall for label in vres.rms}
+                - vres.measured[label]).overall for label in vres.rms}
     cond = {label: design_cond(w) for label, w in W.items()}
     return ModelValidation(result=vres, headline_route=head, predictions=preds, rms=rms,
-                           improvement=improvement, variants_rms=variants, cond_measured=cond)
+                           improvement=improvement, variants_rms=variants, cond_measured=cond,
+                           rms_filtered=rms_f, rms_outside_reversals=rms_o,
+                           noise_floor=noise_floors(recs or {}, with_tau_m))
 
 
 def parameter_errors(fits: Fits, validation: ModelValidation, truth: TruthComparison,
@@ -193,7 +286,10 @@ def parameter_errors(fits: Fits, validation: ModelValidation, truth: TruthCompar
         truth.errors["improved_stage1"] = pe
     if stage2_truth(fits, truth) is not None:
         try:
-            truth.errors["improved_stage2"] = stage2_errors(im.stage2_, truth.truth.stage2)
+            truth.errors["improved_stage2"] = stage2_errors(
+                im.stage2_, {nm: truth.truth.stage2[nm] for nm in
+                             ("xi_opp", "xi_lin", "f_mc", "f_mv", "J_m", "J_m/K")
+                             if nm in truth.truth.stage2})
         except ValueError as exc:
             warnings.append(f"stage-2 parameter errors: {exc}")
 
@@ -202,9 +298,16 @@ def stage2_truth(fits: Fits, truth: TruthComparison) -> np.ndarray | None:
     """(n, k) drive truth in the order of the fitted stage-2 coefficients, when it applies (a
     twin truth for stage 2 and a fitted variant the twin's law can be compared with)."""
     im, t = fits.improved, truth.truth
-    if im is None or t is None or not t.applicable["stage2"] or im.stage2_.variant == "linear":
+    if im is None or t is None or not t.applicable["stage2"]:
         return None
     s2 = im.stage2_
+    if any(nm not in t.stage2 for nm in s2.names):
+        return None                      # no constant truth for this law (load_speed)
+    # the fitted variant must contain the twin's law: "both" contains either; the drive-file
+    # fallback (no recorded law) is the opposing loss
+    law_variant = {"paper": "linear", "opposing": "opposing"}.get(t.law or "opposing")
+    if s2.variant not in (law_variant, "both"):
+        return None
     return np.array([[t.stage2[nm][j] for nm in s2.names] for j in range(len(s2.joints))])
 
 
@@ -294,7 +397,8 @@ def export_prediction(scn: Scenario, model, ex: Export, fr: dict, processed: dic
         for sl in row_blocks(y.shape[0]):           # RNEA in row blocks (long logs)
             pred[sl] += model.inverse_dynamics(d.q[sl], d.qd[sl], d.qdd[sl], ex.inertial)
         ex.predictions[label] = pred
-        ex.rms[label] = RmsFigure.of(pred - y)
+        raw = (getattr(d, "raw", None) or {}).get(y_label)    # against the raw measurement
+        ex.rms[label] = RmsFigure.of(pred - (y if raw is None else raw))
 
 
 def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_truth: bool = True,
@@ -308,15 +412,17 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     if base is None or tuple(getattr(base, "terms", terms)) != terms:
         base = compute_base_parameters(model, terms=terms, seed=0)
     warnings: list = []
-    processed = process_recordings(scn, model, recs, timings)
+    processed = process_recordings(scn, model, recs, timings, base=base)
     alias_signal(processed, signal)
     fits = fit_models(scn, model, base, processed, timings)
+    delays = estimate_delays(model, base, terms, processed, fits.designs)
     truth = build_truth(scn, model, base, recs, warnings) if want_truth else TruthComparison()
-    validation = validate_models(scn, fits, processed, truth, decompose=decompose, timings=timings)
+    validation = validate_models(scn, fits, processed, truth, decompose=decompose, timings=timings,
+                                 recs=recs)
     parameter_errors(fits, validation, truth, warnings)
     prior = prior_parameters(scn, model, recs)
     export = fit_export(scn, model, base, fits, processed, prior, timings, signal=signal)
     return Identification(model=model, base=base, terms=terms, processed=processed, fits=fits,
                           truth=truth, validation=validation, export=export, prior=prior,
-                          warnings=warnings, signal=signal, spec=scn.identification,
-                          from_logs=from_logs)
+                          warnings=warnings, delays=delays, signal=signal,
+                          spec=scn.identification, from_logs=from_logs)

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from identify.common import progress
-from identify.common.fileio import atomic_write_text, write_yaml
+from identify.common.errors import InputError
+from identify.common.fileio import atomic_write_text, regular_file_problem, write_yaml
 from identify.excitation.plots import plot_trajectory
 from identify.logs.load import gains_from_drives, load_log
 from identify.model.arm import load_description
@@ -34,7 +35,7 @@ from .acquisition import preflight, record
 from .identification import identify_recordings
 from .render import trajectory_document
 from .results import Identification, RunInfo, TrajectoryInfo
-from .runfolder import finish_run, plot_limits, run_folder, write_run
+from .runfolder import claim_run_folder, finish_run, plot_limits, run_folder, write_run
 from .trajectories import trajectories
 
 __all__ = ["RunResult", "build_model", "run_scenario", "fit_scenario", "trajectories_only"]
@@ -66,38 +67,99 @@ def _run_info(scn: Scenario, command: str, timings: dict, backend: str | None = 
                    host=platform.node(), timings=timings)
 
 
-def run_scenario(scn: Scenario, out=None) -> RunResult:
-    """``twinid run``: preflight -> trajectories -> backend -> identification -> run folder
-    (-> closed loop with a ``closed_loop:`` section; a ``payload:`` section identifies the
-    payload instead, and ``closed_loop.model`` skips the identification: the hooks at the end of this module)."""
+#: cond(W_base) of a trajectory beyond which the identification is flagged as hopeless (well
+#: designed excitation trajectories of the reference arm reach 30-60; 1e3 means some base
+#: parameters are barely seen by the data)
+COND_HOPELESS = 1.0e3
+
+
+def require_backend_files(scn: Scenario) -> None:
+    """What a backend needs beyond a loadable scenario: the twin simulates the drives of
+    arm.drives (without it, exit 2 here instead of a TypeError deep in the twin)."""
+    if scn.backend == "twin" and scn.arm.drives is None:
+        raise ScenarioError(str(scn.source or "<scenario>"), None, "arm.drives",
+                            "backend: twin needs arm.drives, the drive parameters the twin "
+                            "simulates (e.g. assets/cobot6_drives.yaml)")
+
+
+def check_budget(est, yes: bool, what: str = "this run") -> None:
+    """Print the estimate; refuse (InputError, exit 2) beyond the budget unless `yes`."""
+    from identify.scenario.budget import over_budget
+    progress.message(f"estimate: {what} takes {est.describe()}")
+    why = over_budget(est)
+    if why is None:
+        return
+    if not yes:
+        raise InputError(f"{what} would take {est.describe()}: {why}. Check the scenario "
+                         f"(period_s, periods, sample_rate_hz, sweep.seeds, ...) or pass --yes "
+                         f"to run it anyway")
+    progress.warn(f"{what} takes {est.describe()} ({why}); running it because of --yes")
+
+
+def conditioning_warnings(trajs: dict, ident: Identification) -> list[str]:
+    """Loud warnings for results that cannot be trusted: cond(W_base) of a trajectory beyond
+    :data:`COND_HOPELESS`, or most parameters poorly excited (std > |value|)."""
+    out = []
+    for label, info in (trajs or {}).items():
+        cond = getattr(info, "cond", None)
+        if cond is not None and np.isfinite(cond) and cond > COND_HOPELESS:
+            out.append(f"WARNING: hopeless conditioning: cond(W_base) of the {label} trajectory "
+                       f"is {cond:.3g} (> {COND_HOPELESS:g}; good excitation trajectories reach "
+                       f"30-60): the identified parameters are not trustworthy")
+    for label, fit in (("improved model stage 1", ident.improved),
+                       ("simplified model", ident.simplified)):
+        if fit is None or getattr(fit, "std_", None) is None:
+            continue
+        std, val = np.asarray(fit.std_, float), np.asarray(fit.params_, float)
+        bad = int(np.sum(~(std <= np.abs(val))))
+        if bad > val.size / 2:
+            out.append(f"WARNING: {bad} of {val.size} parameters of the {label} are poorly "
+                       f"excited (std > |value|): the trajectory does not excite them")
+    return out
+
+
+def run_scenario(scn: Scenario, out=None, *, force: bool = False, yes: bool = False) -> RunResult:
+    """``twinid run``: budget -> claim the run folder -> preflight -> trajectories -> backend ->
+    identification -> run folder (-> closed loop with a ``closed_loop:`` section; a ``payload:``
+    section identifies the payload instead, and ``closed_loop.model`` skips the identification:
+    the hooks at the end of this module). Nothing is computed before the estimate is within
+    budget (or `yes`) and the folder is claimed (writable, room, not used by another command)."""
     if scn.payload is not None or (scn.closed_loop is not None and scn.closed_loop.model is not None):
-        return _control_only(scn, out, "run")
+        with claim_run_folder(scn, out, force=force) as folder:
+            return _control_only(scn, folder, "run")
+    from identify.scenario.budget import estimate_run
     timings: dict = {}
     t0 = time.perf_counter()
+    require_backend_files(scn)
     model = build_model(scn)
-    preflight(scn, model)
-    trajs = trajectories(scn, model, timings)
-    settings, folder = None, None
-    if scn.backend == "hardware":        # samples stream into the run folder, kept on a stop
-        folder = run_folder(scn, out)
-        settings = scn.backend_settings()
-        settings.setdefault("record_dir", str(folder / "recordings"))
-    recs = record(scn, trajs, model=model, timings=timings, settings=settings)
-    if settings is not None and settings.get("dry_run"):
-        return _dry_run_result(folder, recs)
-    ident = identify_recordings(scn, model, recs, timings=timings)
-    folder = folder or run_folder(scn, out)
-    timings["total_before_outputs"] = round(time.perf_counter() - t0, 4)
-    run = _run_info(scn, "run", timings)
-    for label, (_tr, info) in trajs.items():
-        info.samples = recs[label].n_samples
-        run.trajectories[label] = info
-    metrics = write_run(folder, scn, ident, run, trajs=trajs, recs=recs)
-    if scn.closed_loop is not None:
-        _add_closed_loop(folder, scn, model, trajs[scn.closed_loop.trajectory][0], ident, metrics,
-                         timings)
-    finish_run(folder, scn, metrics, timings, t0)
+    est = estimate_run(scn, model.n)
+    check_budget(est, yes)
+    with claim_run_folder(scn, out, force=force, need_bytes=int(est.disk_bytes)) as folder:
+        preflight(scn, model)
+        trajs = trajectories(scn, model, timings)
+        settings = None
+        if scn.backend == "hardware":        # samples stream into the run folder, kept on a stop
+            settings = scn.backend_settings()
+            settings.setdefault("record_dir", str(folder / "recordings"))
+        recs = record(scn, trajs, model=model, timings=timings, settings=settings)
+        if settings is not None and settings.get("dry_run"):
+            return _dry_run_result(folder, recs)
+        ident = identify_recordings(scn, model, recs, timings=timings)
+        timings["total_before_outputs"] = round(time.perf_counter() - t0, 4)
+        run = _run_info(scn, "run", timings)
+        for label, (_tr, info) in trajs.items():
+            info.samples = recs[label].n_samples
+            run.trajectories[label] = info
+        loud = conditioning_warnings(run.trajectories, ident)
+        run.messages = loud + list(run.messages)
+        metrics = write_run(folder, scn, ident, run, trajs=trajs, recs=recs)
+        if scn.closed_loop is not None:
+            _add_closed_loop(folder, scn, model, trajs[scn.closed_loop.trajectory][0], ident,
+                             metrics, timings)
+        finish_run(folder, scn, metrics, timings, t0)
     progress.message(summary(metrics, folder))
+    for w in loud:
+        progress.warn(w)
     return RunResult(folder, metrics, ident)
 
 
@@ -122,8 +184,11 @@ def _log_specs(scn: Scenario, log=None, validation_log=None) -> dict:
     for label, override in (("excitation", log), ("validation", validation_log)):
         if override is not None:
             p = Path(override)
-            if not p.is_file():
+            prob = regular_file_problem(p)
+            if prob == "not found":
                 raise FileNotFoundError(f"{override}: log file not found")
+            if prob is not None:
+                raise InputError(f"{override}: the log {prob}")
             base = specs[label]
             if base is None and label == "validation" and specs["excitation"] is not None:
                 base = dataclasses.replace(specs["excitation"], window_s=None, window_t=None,
@@ -165,63 +230,91 @@ def _log_processing(scn: Scenario, recs: dict) -> Scenario:
     return dataclasses.replace(scn, processing=proc)
 
 
-def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None) -> RunResult:
+def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
+                 force: bool = False) -> RunResult:
     """``twinid fit``: identify from recordings/logs named in the scenario's fit section, with
     the defaults for real arms' logs (identify.scenario.signals)."""
     from identify.scenario.signals import resolve_joint_model
     if scn.payload is not None:
-        return _control_only(scn, out, "fit", log=log)
+        with claim_run_folder(scn, out, force=force, command="fit") as folder:
+            return _control_only(scn, folder, "fit", log=log)
     timings: dict = {}
     t0 = time.perf_counter()
     specs = _log_specs(scn, log, validation_log)
     model = build_model(scn)
     gains = None if scn.arm.drives is None else gains_from_drives(scn.arm.drives, model.joint_names)
-    warnings: list = []
-    with progress.step("reading logs", timings):
-        recs = {label: load_log(spec, model.joint_names, gains=gains, model=model,
-                                warnings=warnings)
-                for label, spec in specs.items()}
-    try:        # an explicit joint model the logs cannot support: refused before fitting
-        resolve_joint_model(scn.identification.joint_model, recs["excitation"].tau_j is not None,
-                            recs["excitation"].tau_m is not None)
-    except ValueError as exc:
-        raise ScenarioError(str(scn.source or "<scenario>"), None, "identification.joint_model",
-                            f"{exc} (log {specs['excitation'].file})") from None
-    for msg in warnings:
-        progress.message(f"warning: {msg}")
-    scn = _log_processing(scn, recs)
-    ident = identify_recordings(scn, model, recs, timings=timings, want_truth=False,
-                                from_logs=True)
-    ident.warnings[:0] = warnings
-    folder = run_folder(scn, out)
-    run = _run_info(scn, "fit", timings, backend="logs")
-    run.trajectories = {label: TrajectoryInfo(
-        label=label, source=str(specs[label].file), duration_s=rec.duration,
-        samples=rec.n_samples, from_log=True, resampled=rec.meta.get("log", {}).get("resampled"))
-        for label, rec in recs.items()}
-    metrics = write_run(folder, scn, ident, run, trajs=None, recs=recs)
-    finish_run(folder, scn, metrics, timings, t0)
+    size = sum(Path(s.file).stat().st_size for s in specs.values())
+    with claim_run_folder(scn, out, force=force, need_bytes=2 * size, command="fit") as folder:
+        warnings: list = []
+        with progress.step("reading logs", timings):
+            recs = {label: load_log(spec, model.joint_names, gains=gains, model=model,
+                                    warnings=warnings)
+                    for label, spec in specs.items()}
+        try:        # an explicit joint model the logs cannot support: refused before fitting
+            resolve_joint_model(scn.identification.joint_model,
+                                recs["excitation"].tau_j is not None,
+                                recs["excitation"].tau_m is not None)
+        except ValueError as exc:
+            raise ScenarioError(str(scn.source or "<scenario>"), None,
+                                "identification.joint_model",
+                                f"{exc} (log {specs['excitation'].file})") from None
+        for msg in warnings:
+            progress.message(f"warning: {msg}")
+        scn = _log_processing(scn, recs)
+        ident = identify_recordings(scn, model, recs, timings=timings, want_truth=False,
+                                    from_logs=True)
+        ident.warnings[:0] = warnings
+        run = _run_info(scn, "fit", timings, backend="logs")
+        run.trajectories = {label: TrajectoryInfo(
+            label=label, source=str(specs[label].file), duration_s=rec.duration,
+            samples=rec.n_samples, from_log=True,
+            resampled=rec.meta.get("log", {}).get("resampled"))
+            for label, rec in recs.items()}
+        loud = conditioning_warnings({}, ident)
+        run.messages = loud + list(run.messages)
+        metrics = write_run(folder, scn, ident, run, trajs=None, recs=recs)
+        finish_run(folder, scn, metrics, timings, t0)
     progress.message(summary(metrics, folder))
+    for w in loud:
+        progress.warn(w)
     return RunResult(folder, metrics, ident)
 
 
-def trajectories_only(scn: Scenario, out=None) -> Path:
-    """``twinid trajectory``: optimize (or load) the trajectories and save them with plots."""
+def trajectories_only(scn: Scenario, out=None, *, force: bool = False) -> Path:
+    """``twinid trajectory``: optimize (or load) the trajectories and save them with plots into
+    a trajectory folder: ``excitation.yaml`` / ``validation.yaml`` (load them with
+    ``source: file``), their plots, ``trajectories.yaml`` (kind: trajectories, cond(W), timings)
+    and a report (``twinid report`` rebuilds it)."""
+    from .report import build_report
     model = build_model(scn)
     timings: dict = {}
-    trajs = trajectories(scn, model, timings)
-    folder = Path(out) if out is not None else run_folder(scn, None)
-    folder.mkdir(parents=True, exist_ok=True)
-    docs = {}
-    for label, (tr, info) in trajs.items():
-        tr.save(folder / f"{label}.yaml")
-        docs[label] = trajectory_document(info)
-        plot_trajectory(tr, plot_limits(model, info), folder / f"{label}.png",
-                        title=f"{label} trajectory", joint_names=list(model.joint_names))
-    write_yaml(folder / "trajectories.yaml", {"trajectories": docs, "timings_s": timings})
+    with claim_run_folder(scn, out, force=force, command="trajectory") as folder:
+        trajs = trajectories(scn, model, timings)
+        docs = {}
+        for label, (tr, info) in trajs.items():
+            tr.save(folder / f"{label}.yaml")
+            docs[label] = trajectory_document(info)
+            plot_trajectory(tr, plot_limits(model, info), folder / f"{label}.png",
+                            title=f"{label} trajectory", joint_names=list(model.joint_names))
+        write_yaml(folder / "trajectories.yaml", {
+            "kind": "trajectories", "name": scn.name,
+            "note": "written by twinid trajectory: the excitation and validation trajectories "
+                    "(Fourier coefficients); use them in a scenario with trajectories.<label>: "
+                    "{source: file, file: <this folder>/<label>.yaml}",
+            "trajectories": docs, "timings_s": timings})
+        if scn.outputs.report:
+            build_report(folder)
     for label, d in docs.items():
         progress.message(f"{label}: cond(W_base) = {d['cond']:.2f}, {d['duration_s']:.1f} s")
+    loud = conditioning_warnings({k: v[1] for k, v in trajs.items()}, _NoFits())
+    for w in loud:
+        progress.warn(w)
     return folder
+
+
+class _NoFits:
+    """Stand-in for an Identification without fits (trajectory-only command)."""
+    improved = simplified = None
 
 
 def summary(metrics: dict, folder: Path) -> str:

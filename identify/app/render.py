@@ -11,6 +11,8 @@ import numpy as np
 
 from identify.common.jsonutil import to_jsonable
 
+from identify.validation.parameter_errors import near_zero
+
 from .identification import stage2_truth
 from .results import Identification, Prior, RmsFigure, RunInfo, TrajectoryInfo
 
@@ -54,9 +56,15 @@ def parameter_table(names, value, std=None, truth=None, poorly_excited=None) -> 
     if truth is not None:
         truth = np.asarray(truth, float)
         t["truth"] = truth.tolist()
+        zero = near_zero(truth)
         with np.errstate(divide="ignore", invalid="ignore"):
-            err = np.where(truth != 0, 100.0 * (value - truth) / np.abs(truth), np.nan)
+            err = np.where(~zero, 100.0 * (value - truth) / np.abs(truth), np.nan)
         t["error_percent"] = [_finite_or_none(x) for x in err]
+        t["truth_near_zero"] = [bool(x) for x in zero]
+        if std is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = (value - truth) / std
+            t["z"] = [_finite_or_none(x) for x in z]
     return t
 
 
@@ -121,9 +129,13 @@ def stage2_document(ident: Identification) -> dict:
     t2 = stage2_truth(ident.fits, ident.truth)
     if t2 is not None:
         d["truth"] = t2.tolist()
+        zero = near_zero(t2.T.reshape(-1), np.repeat(np.arange(t2.shape[1]), t2.shape[0])
+                         ).reshape(t2.shape[1], t2.shape[0]).T        # per coefficient
         with np.errstate(divide="ignore", invalid="ignore"):
-            e2 = np.where(t2 != 0, 100.0 * (s2.params - t2) / np.abs(t2), np.nan)
+            e2 = np.where(~zero, 100.0 * (s2.params - t2) / np.abs(t2), np.nan)
+            z2 = (s2.params - t2) / s2.std
         d["error_percent"] = [[_finite_or_none(x) for x in row] for row in e2]
+        d["z"] = [[_finite_or_none(x) for x in row] for row in z2]
     if s2.a is not None:
         d["a"] = s2.a.tolist()
         d["a_std"] = s2.a_std.tolist()
@@ -148,6 +160,59 @@ def rms_document(r: RmsFigure) -> dict:
     return {"per_joint": np.asarray(r.per_joint).tolist(), "overall": float(r.overall)}
 
 
+#: what the headline RMS figures are measured against
+RMS_AGAINST = ("raw measured signal at the processed samples (neither smoothed nor low-passed); "
+               "predictions from the processed states")
+RMS_FILTERED_NOTE = ("against the filtered signal the fit saw (smoothing + low-pass): lower than "
+                     "the headline figure by the noise the filter removed; not a measure of "
+                     "agreement with the sensor")
+
+
+RMS_OUTSIDE_NOTE = ("against the raw signal over the samples outside velocity reversals (the "
+                    "samples the fit used, processing.reversal_speed_rad_s): at a reversal the "
+                    "friction sticks, which no constant-parameter model describes")
+
+
+def noise_floor_documents(v) -> dict:
+    """trajectory -> signal -> {per_joint, overall, source} of ModelValidation.noise_floor."""
+    return {label: {ch: {"per_joint": np.asarray(f.per_joint).tolist(),
+                         "overall": float(f.overall), "source": f.source}
+                    for ch, f in floors.items()}
+            for label, floors in v.noise_floor.items()}
+
+
+def delay_document(ident: Identification) -> dict:
+    """trajectory -> {compensated_s: the delay the processing compensated [s], estimate (when
+    processing.delay is auto), residual_s: the delay still estimated in the processed data}."""
+    out = {}
+    for label, d in ident.processed.items():
+        meta = d.meta.get("processing", {})
+        doc = {"compensated_s": float(getattr(d, "delay_s", 0.0))}
+        if "delay_estimate" in meta:
+            doc["estimate"] = meta["delay_estimate"]
+        est = ident.delays.get(label)
+        if est is not None:
+            doc["residual"] = est.to_dict()
+        out[label] = doc
+    return out
+
+
+def rms_over_floor(v, rms: dict | None = None) -> dict:
+    """trajectory -> model -> overall RMS / the noise floor of its signal (tau_j for the stage-1
+    joint-torque fit, tau_m otherwise); 1 = the model explains everything but the noise.
+    `rms`: the figures to divide (default the headline ``v.rms``)."""
+    out = {}
+    for label, by_model in (v.rms if rms is None else rms).items():
+        floors = v.noise_floor.get(label, {})
+        row = {}
+        for name, r in by_model.items():
+            f = floors.get("tau_j" if name == "stage1_tau_j" else "tau_m")
+            if f is not None and f.overall > 0:
+                row[name] = float(r.overall / f.overall)
+        out[label] = row
+    return out
+
+
 def trajectory_document(info: TrajectoryInfo) -> dict:
     """A trajectory's facts; fields that do not apply (None) are left out, except a log's
     ``resampled``."""
@@ -155,7 +220,9 @@ def trajectory_document(info: TrajectoryInfo) -> dict:
         return {"source": info.source, "duration_s": info.duration_s, "samples": info.samples,
                 "resampled": info.resampled}
     keys = ("source", "cond", "solver_time_s", "seed", "starts", "max_ratio", "limits_used",
-            "harmonics", "period_s", "periods", "duration_s", "samples")
+            "harmonics", "period_s", "periods", "duration_s", "samples",
+            "objective", "cond_scaled", "logdet", "median_rel_std", "rel_std", "noise_std_Nm",
+            "min_distance_m", "closest_pair", "closest_time_s", "clearance_margin_m")
     return {k: getattr(info, k) for k in keys if getattr(info, k) is not None}
 
 
@@ -210,6 +277,18 @@ def identification_metrics(ident: Identification, models: dict | None = None) ->
         pe_counts["improved_stage2"] = models["improved"]["stage2"]["poorly_excited_count"]
     m = {"rms": {label: {name: rms_document(r) for name, r in by_model.items()}
                  for label, by_model in v.rms.items()},
+         "rms_against": RMS_AGAINST,
+         "rms_filtered_target": {"note": RMS_FILTERED_NOTE,
+                                 **{label: {name: rms_document(r) for name, r in by_model.items()}
+                                    for label, by_model in v.rms_filtered.items()}},
+         "noise_floor": noise_floor_documents(v),
+         "delay": delay_document(ident),
+         "rms_over_noise_floor": rms_over_floor(v),
+         "rms_outside_reversals": {
+             "note": RMS_OUTSIDE_NOTE,
+             **{label: {name: rms_document(r) for name, r in by_model.items()}
+                for label, by_model in v.rms_outside_reversals.items()}},
+         "rms_outside_reversals_over_noise_floor": rms_over_floor(v, v.rms_outside_reversals),
          "improvement_percent": dict(v.improvement), "cond_W_measured": dict(v.cond_measured),
          "n_base": int(ident.base.n_base), "headline_improved_route": v.headline_route,
          "prior": prior_document(ident.prior), "poorly_excited_count": pe_counts,
@@ -297,7 +376,8 @@ def sweep_record(ident: Identification, *, run_id: str, levels: dict, seed: int,
                  host: str, pid: int) -> dict:
     """One sweep run's JSON record (runs/<run_id>.json)."""
     m = identification_metrics(ident)
-    pe = m.get("parameter_errors", {}).get("improved_stage1", {})
+    errs = m.get("parameter_errors", {})
+    pe = errs.get("improved_stage1", {})
     out = {"run_id": run_id, "levels": dict(levels), "seed": seed,
            "rms_overall": {t: {k: val["overall"] for k, val in r.items()}
                            for t, r in m["rms"].items()},
@@ -306,6 +386,8 @@ def sweep_record(ident: Identification, *, run_id: str, levels: dict, seed: int,
                                                        "median_abs_error_percent",
                                                        "max_abs_error_percent",
                                                        "rel_error_percent")},
+           "z": {stage: e.get("z") for stage, e in errs.items()},
+           "rms_over_noise_floor": m.get("rms_over_noise_floor"),
            "cond_W_measured": m.get("cond_W_measured"),
            "time_s": time_s, "host": host, "pid": pid}
     return to_jsonable(out)

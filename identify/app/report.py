@@ -71,7 +71,8 @@ def _fmt(v, digits: int = 4) -> str:
 def _load(folder: Path):
     metrics_p = folder / "metrics.json"
     if not metrics_p.is_file():
-        raise FileNotFoundError(f"{folder}: not a finished run folder (no metrics.json)")
+        raise FileNotFoundError(f"{folder}: not a finished run folder (no metrics.json) nor a "
+                                f"trajectory folder (no trajectories.yaml)")
     try:
         metrics = json.loads(metrics_p.read_text())
     except json.JSONDecodeError as exc:
@@ -83,6 +84,16 @@ def _load(folder: Path):
     if (folder / "scenario.yaml").is_file():
         scenario = yaml.safe_load((folder / "scenario.yaml").read_text()) or {}
     return metrics, params, scenario
+
+
+def _plot_files(folder: Path, metrics: dict) -> list[Path]:
+    """The plots of THIS run: those metrics.json lists under files.plots (a run folder reused
+    with --force or plots: false never shows another run's images); folders written before that
+    list existed: every plots/*.png."""
+    listed = (metrics.get("files") or {}).get("plots")
+    if isinstance(listed, list):
+        return sorted(folder / p for p in listed if (folder / p).is_file())
+    return sorted((folder / "plots").glob("*.png")) if (folder / "plots").is_dir() else []
 
 
 def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[tuple]:
@@ -102,6 +113,11 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                        f"`{metrics.get('command', '?')}` -- created {metrics.get('created', '?')} "
                        f"-- folder `{folder.name}`"))
 
+    loud = [m for m in metrics.get("messages") or [] if str(m).startswith("WARNING")]
+    if loud:
+        B.append(("h", 2, "WARNING: results not trustworthy"))
+        for m in loud:
+            B.append(("p", f"**{m}**"))
     rms = metrics.get("rms", {})
     imp = metrics.get("improvement_percent", {})
     if rms and from_logs:
@@ -124,7 +140,32 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         B.append(("table", head, rows))
         B.append(("p", "Reduction = (improved - simplified) / simplified x 100 (negative = the "
                        "improved model is better), as the paper states it. RMS over all joints "
-                       "and samples of predicted minus measured link-side motor torque eta*beta*i."))
+                       "and samples of predicted minus measured link-side motor torque eta*beta*i. "
+                       "Measured = the RAW sensor signal (neither smoothed nor low-passed); the "
+                       "predictions use the processed states."))
+        floor = metrics.get("noise_floor", {})
+        ratio = metrics.get("rms_over_noise_floor", {})
+        filt = metrics.get("rms_filtered_target", {})
+        if floor:
+            head = ["trajectory", "model", "RMS vs raw [N*m]", "noise floor [N*m]",
+                    "RMS / floor", "RMS vs filtered target [N*m]"]
+            rows = []
+            for traj in ("excitation", "validation"):
+                for m, r in rms.get(traj, {}).items():
+                    if not isinstance(r, dict) or m.startswith("improved_"):
+                        continue
+                    f = floor.get(traj, {}).get("tau_j" if m == "stage1_tau_j" else "tau_m", {})
+                    rows.append([traj, m, _fmt(r.get("overall")), _fmt(f.get("overall")),
+                                 _fmt(ratio.get(traj, {}).get(m)),
+                                 _fmt(filt.get(traj, {}).get(m, {}).get("overall"))])
+            B.append(("h", 3, "RMS against the raw signal, its noise floor, and the filtered-target "
+                              "figure"))
+            B.append(("table", head, rows))
+            src = sorted({f.get("source", "?") for fl in floor.values() for f in fl.values()})
+            B.append(("p", "Noise floor: " + ", ".join(src) + ". RMS / floor = 1 means the model "
+                           "explains everything but the sensor noise. The filtered-target figure "
+                           "compares with the smoothed, low-passed signal the fit saw; it is "
+                           "lower by the removed noise and is not agreement with the sensor."))
     if rms:
         for traj in ("excitation", "validation"):
             r = rms.get(traj, {})
@@ -169,7 +210,7 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         B.append(("table", head, rows))
 
     B.extend(_control_blocks(metrics))
-    plots = sorted((folder / "plots").glob("*.png")) if (folder / "plots").is_dir() else []
+    plots = _plot_files(folder, metrics)
     order = ("trajectory", "torque", "residual", "param", "sweep")
     for group in order:
         sel = [p for p in plots if p.stem.startswith(group)]
@@ -200,13 +241,16 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                 B.append(("p", f"Poorly excited (std > |value|): **{table['poorly_excited_count']}** "
                                f"of {len(names)} parameters (marked below)."))
             cols = [("value", "value"), ("std", "std"), ("rel_std_percent", "rel. std [%]"),
-                    ("truth", "truth"), ("error_percent", "error [%]")]
+                    ("truth", "truth"), ("error_percent", "error [%]"),
+                    ("z", "z = error / std")]
             cols = [c for c in cols if c[0] in table]
             head = ["parameter"] + [c[1] for c in cols]
             pe = table.get("poorly_excited")
             if pe is not None:
                 head.append("poorly excited")
-            rows = [[str(nm)] + [_fmt(table[c][i]) for c, _ in cols]
+            nz = table.get("truth_near_zero") or [False] * len(names)
+            rows = [[str(nm)] + [("—" if c == "error_percent" and nz[i] else _fmt(table[c][i]))
+                                 for c, _ in cols]
                     + ([] if pe is None else ["yes" if pe[i] else ""]) for i, nm in enumerate(names)]
             B.append(("table", head, rows))
 
@@ -308,12 +352,16 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                                + "; ".join(f"{', '.join(nms)} -- {why}" for why, nms in by.items())
                                + "."))
 
+    quiet = [m for m in metrics.get("messages") or [] if not str(m).startswith("WARNING")]
+    if quiet:
+        B.append(("h", 2, "Messages"))
+        B.append(("code", "\n".join(str(m) for m in quiet)))
     timings = metrics.get("timings_s", {})
     if timings:
         B.append(("h", 2, "Timings"))
         B.append(("table", ["step", "wall time [s]"], [[k, _fmt(v)] for k, v in timings.items()]))
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                   if p.is_file() and p.name not in ("report.md", "report.html"))
+                   if p.is_file() and p.name not in ("report.md", "report.html", ".twinid.lock"))
     B.append(("h", 2, "Files"))
     B.append(("code", "\n".join(files)))
     return B
@@ -349,6 +397,33 @@ def _logs_blocks(folder: Path, metrics: dict) -> list[tuple]:
                        + str(ex.get("formula", "")) + f"); from the {ex.get('source', '?')}."))
     else:
         B.append(("p", f"**No identified.urdf written**: {ex.get('reason') or 'see messages'}."))
+    return B
+
+
+def _trajectory_blocks(folder: Path) -> list[tuple]:
+    """Report of a trajectory folder (``twinid trajectory``): what it is, cond(W) and the
+    limits used per trajectory, and the plots."""
+    try:
+        doc = yaml.safe_load((folder / "trajectories.yaml").read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{folder / 'trajectories.yaml'}: not valid YAML ({exc})") from None
+    B: list[tuple] = [("h", 1, f"twinid trajectories: {doc.get('name', folder.name)}")]
+    B.append(("p", "A trajectory folder written by `twinid trajectory` (no identification was "
+                   "run): the optimized excitation and validation trajectories as Fourier "
+                   "coefficients. Use one in a scenario with `trajectories.<label>: {source: "
+                   "file, file: <folder>/<label>.yaml}`."))
+    trajs = doc.get("trajectories") or {}
+    head = ["trajectory", "cond(W_base)", "duration [s]", "harmonics", "source", "file"]
+    rows = [[k, _fmt(v.get("cond")), _fmt(v.get("duration_s")), _fmt(v.get("harmonics")),
+             str(v.get("source", "--")), f"{k}.yaml"] for k, v in trajs.items()
+            if isinstance(v, dict)]
+    B.append(("table", head, rows))
+    for p in sorted(folder.glob("*.png")):
+        B.append(("img", p.name, p.stem.replace("_", " ")))
+    timings = doc.get("timings_s") or {}
+    if timings:
+        B.append(("h", 2, "Timings"))
+        B.append(("table", ["step", "wall time [s]"], [[k, _fmt(v)] for k, v in timings.items()]))
     return B
 
 
@@ -469,10 +544,19 @@ def render_html(blocks: list[tuple], folder: Path, title: str) -> str:
 
 
 def build_report(folder: str | os.PathLike) -> list[Path]:
-    """(Re)write ``report.md`` and ``report.html`` of a run folder; returns their paths.
+    """(Re)write ``report.md`` and ``report.html`` of a run folder -- or of a trajectory folder
+    written by ``twinid trajectory`` -- and return their paths.
 
-    Raises FileNotFoundError if the folder holds no metrics.json (not a finished run)."""
+    Raises FileNotFoundError if the folder holds neither metrics.json (a finished run) nor
+    trajectories.yaml (a trajectory folder)."""
     folder = Path(folder)
+    if not (folder / "metrics.json").is_file() and (folder / "trajectories.yaml").is_file():
+        blocks = _trajectory_blocks(folder)
+        title = f"twinid trajectories {folder.name}"
+        md, ht = folder / "report.md", folder / "report.html"
+        atomic_write_text(md, render_markdown(blocks))
+        atomic_write_text(ht, render_html(blocks, folder, title))
+        return [md, ht]
     metrics, params, scenario = _load(folder)
     blocks = _blocks(folder, metrics, params, scenario)
     md = folder / "report.md"

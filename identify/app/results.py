@@ -35,6 +35,19 @@ class TrajectoryInfo:
     samples: int | None = None
     from_log: bool = False                # read from a log file (twinid fit), not run
     resampled: object | None = None       # logs: resampling facts of identify.logs
+    # design figures (identify.excitation.information.DesignReport) and the collision check
+    # (identify.backend.clearance.ClearanceReport) of an optimized or loaded trajectory
+    objective: str | None = None          # cond | d_optimal | a_optimal
+    cond_scaled: float | None = None      # cond(W_base D), D = diag(1/||column||)
+    logdet: float | None = None           # log det of the Fisher information of a run
+    rel_std: list | None = None           # (p,) predicted std / |prior value| per base parameter
+    median_rel_std: float | None = None
+    noise_std_Nm: list | None = None      # (n,) torque noise std the prediction assumes
+    min_distance_m: float | None = None   # smallest clearance over the period (PyBullet)
+    closest_pair: str | None = None       # the pair at that instant, and its time [s]
+    closest_time_s: float | None = None
+    clearance_margin_m: float | None = None
+    clearance: dict | None = None         # t (N,) [s], min (N,) [m], margin, pairs {label: (N,)}
 
 
 @dataclass
@@ -49,6 +62,17 @@ class RmsFigure:
         """From an error series (N, n)."""
         err = np.asarray(err, float)
         return cls(np.sqrt(np.mean(err ** 2, axis=0)), float(np.sqrt(np.mean(err ** 2))))
+
+
+@dataclass
+class NoiseFloor:
+    """The noise floor of a measured signal [N*m]: per_joint (n,) and overall RMS of the noise;
+    source: "twin: injected" (the RMS of the noise the twin actually added at these samples) or
+    "estimate: local cubic fit residual" (logs / hardware, identify.estimation.signal.noise_floor).
+    An RMS against the raw signal cannot go below it (for an unbiased model it equals it)."""
+    per_joint: np.ndarray
+    overall: float
+    source: str
 
 
 @dataclass
@@ -78,6 +102,7 @@ class Truth:
     applicable: dict
     not_applicable: dict
     settings_source: str
+    law: str | None = None               # the twin's reducer-friction law (drive_truth)
 
 
 @dataclass
@@ -99,7 +124,12 @@ class ModelValidation:
 
     result: identify.validation.validate.ValidationResult; headline_route: the improved model's
     prediction route reported as "improved"; predictions: trajectory -> model -> (N, n);
-    rms: trajectory -> model -> RmsFigure (including "stage1_tau_j", the stage-1 joint-torque fit);
+    rms: trajectory -> model -> RmsFigure against the RAW measured signal at the processed samples
+    (including "stage1_tau_j", the stage-1 joint-torque fit; predictions from the processed
+    states); rms_filtered: the same against the filtered signal the fit saw (second figure);
+    noise_floor: trajectory -> "tau_m" / "tau_j" -> NoiseFloor; rms_outside_reversals: as rms,
+    over the samples outside velocity reversals (Processed.fit_mask: where the friction sticks,
+    which no constant-parameter model describes);
     improvement: trajectory -> relative change of the headline vs the simplified model [%];
     variants_rms: reducer-friction variant -> trajectory -> overall RMS [N*m] (closed form);
     cond_measured: trajectory -> cond of the measured design."""
@@ -110,6 +140,9 @@ class ModelValidation:
     improvement: dict
     variants_rms: dict
     cond_measured: dict
+    rms_filtered: dict = field(default_factory=dict)
+    noise_floor: dict = field(default_factory=dict)
+    rms_outside_reversals: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -177,6 +210,7 @@ class Identification:
     def headline_model(self) -> str:
         """The model whose RMS the run is judged by: improved when fitted, else simplified."""
         return "improved" if self.fits.improved is not None else "simplified"
+    delays: dict = field(default_factory=dict)   # trajectory -> estimation.delay.DelayEstimate
 
     # read-only shortcuts used by plots, sweeps and tests
     @property

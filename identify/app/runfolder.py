@@ -7,15 +7,20 @@ Documents come from :mod:`identify.app.render`; a failing plot is reported in
 ``metrics.json``'s ``messages`` and never loses a finished run."""
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import json
 import os
+import platform
 import re
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 
-from identify.common.fileio import write_json, write_yaml
+from identify.common.errors import InputError
+from identify.common.fileio import MB, writable_problem, write_json, write_yaml
 from identify.excitation import plots as trajectory_plots
 from identify.common import progress
 from identify.model.joint_sidecar import write_sidecar
@@ -29,20 +34,149 @@ from .results import Identification, RunInfo, TrajectoryInfo
 from .truth import twin_settings
 
 
+#: the lock file of a claimed run folder (held while a command writes into it)
+LOCK_NAME = ".twinid.lock"
+#: every file / folder a twinid command writes into a run folder (removed by --force)
+OUTPUT_NAMES = ("scenario.yaml", "trajectories", "recordings", "parameters.yaml",
+                "identified.urdf", "metrics.json", "plots", "report.md", "report.html",
+                "trajectories.yaml", "excitation.yaml", "validation.yaml", "excitation.png",
+                "validation.png")
+#: room a run folder needs besides the recordings (plots, reports, documents) [bytes]
+FOLDER_BASE_BYTES = 20 * MB
+
+
+def _auto_folder(scn: Scenario) -> Path:
+    """Create <outputs.dir>/<timestamp>_<name>[-k] exclusively (mkdir fails if it exists, so
+    two processes never get the same one)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", scn.name)
+    parent = Path(scn.outputs.dir)
+    prob = writable_problem(parent)
+    if prob is not None:
+        raise InputError(f"outputs.dir: {prob}")
+    parent.mkdir(parents=True, exist_ok=True)
+    for k in range(1, 1000):
+        p = parent / (f"{stamp}_{safe}" + (f"-{k}" if k > 1 else ""))
+        try:
+            p.mkdir()
+            return p
+        except FileExistsError:
+            continue
+    raise InputError(f"{parent}: cannot create a new run folder (1000 exist for {stamp})")
+
+
 def run_folder(scn: Scenario, out: str | os.PathLike | None) -> Path:
-    """The run folder: `out`, or <outputs.dir>/<timestamp>_<name> (never an existing one)."""
-    if out is not None:
-        p = Path(out)
-    else:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", scn.name)
-        p = Path(scn.outputs.dir) / f"{stamp}_{safe}"
-        k = 1
-        while p.exists():
-            k += 1
-            p = Path(scn.outputs.dir) / f"{stamp}_{safe}-{k}"
+    """The run folder: `out` (created if needed), or a new <outputs.dir>/<timestamp>_<name>.
+    Does not claim it: see :func:`claim_run_folder`."""
+    if out is None:
+        return _auto_folder(scn)
+    p = Path(out)
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def _lock_owner_alive(lock: Path) -> bool:
+    """True unless the lock file names a process of this host that no longer exists."""
+    try:
+        rec = json.loads(lock.read_text())
+        if rec.get("host") != platform.node():
+            return True
+        os.kill(int(rec["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, ValueError, KeyError, TypeError):
+        return True       # unreadable / being written: assume a live owner
+    return True
+
+
+def _take_lock(folder: Path, command: str) -> Path:
+    lock = folder / LOCK_NAME
+    rec = json.dumps({"pid": os.getpid(), "host": platform.node(), "command": command,
+                      "started": _dt.datetime.now().isoformat(timespec="seconds")})
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if _lock_owner_alive(lock):
+                try:
+                    who = json.loads(lock.read_text())
+                    who = f" (pid {who.get('pid')} on {who.get('host')}, {who.get('command')}, " \
+                          f"started {who.get('started')})"
+                except (OSError, ValueError):
+                    who = ""
+                raise InputError(f"{folder}: the folder is in use by another twinid command{who}; "
+                                 f"wait for it or choose another --out") from None
+            lock.unlink(missing_ok=True)        # its owner died: a stale lock
+            continue
+        except OSError as exc:
+            raise InputError(f"{folder}: cannot write in the run folder "
+                             f"({exc.strerror or exc})") from None
+        with os.fdopen(fd, "w") as fh:
+            fh.write(rec)
+        return lock
+    raise InputError(f"{folder}: cannot claim the folder (lock file {lock} keeps reappearing)")
+
+
+@contextlib.contextmanager
+def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: bool = False,
+                     need_bytes: int = 0, command: str = "run"):
+    """Claim the run folder for one command, BEFORE any work; yields its path.
+
+    * The folder is created (auto-named ones exclusively) and locked with an exclusively
+      created lock file: a second command on the same folder is refused (exit 2) while the
+      first runs. A lock left by a process that died on this host is taken over.
+    * An existing `out` holding anything is refused unless `force` (then every output a twinid
+      command writes -- :data:`OUTPUT_NAMES` -- is removed first, so nothing of the previous
+      run, e.g. its plots, can mix with the new one; other files are left alone).
+    * It must be writable with `need_bytes` + :data:`FOLDER_BASE_BYTES` free.
+    On an exception the lock is released, and a folder this call created is removed if empty.
+    """
+    created = out is None or not Path(out).exists()
+    if out is not None:
+        prob = writable_problem(Path(out), 0)
+        if prob is not None:
+            raise InputError(f"--out {out}: {prob}")
+    folder = run_folder(scn, out)
+    if not folder.is_dir():
+        raise InputError(f"--out {out}: not a folder")
+    lock = _take_lock(folder, command)
+    try:
+        held = sorted(p.name for p in folder.iterdir() if p.name != LOCK_NAME)
+        if held and not force:
+            shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
+            raise InputError(f"--out {folder}: the folder is not empty ({shown}); pass --force to "
+                             f"replace a previous run's outputs, or choose a new folder")
+        if held:
+            for name in OUTPUT_NAMES:
+                p = folder / name
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                elif p.exists() or p.is_symlink():
+                    p.unlink()
+        prob = writable_problem(folder, need_bytes + FOLDER_BASE_BYTES)
+        if prob is not None:
+            raise InputError(f"run folder: {prob}")
+    except BaseException:
+        lock.unlink(missing_ok=True)
+        if created:
+            _remove_if_empty(folder)
+        raise
+    try:
+        yield folder
+    except BaseException:
+        if created:
+            lock.unlink(missing_ok=True)
+            _remove_if_empty(folder)
+        raise
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
 
 
 def resolved_scenario(scn: Scenario, ident: Identification | None = None) -> dict:
@@ -103,8 +237,10 @@ def _plot_jobs(ident: Identification) -> list:
     return jobs
 
 
-def write_plots(folder: Path, ident: Identification, trajs: dict | None, messages: list) -> None:
-    """Trajectory plots and identification plots into folder/plots."""
+def write_plots(folder: Path, ident: Identification, trajs: dict | None, messages: list
+                ) -> list[str]:
+    """Trajectory plots and identification plots into folder/plots; returns the files written
+    (relative to `folder`), the list the report embeds."""
     pdir = folder / "plots"
     pdir.mkdir(exist_ok=True)
     names = list(ident.model.joint_names)
@@ -112,6 +248,9 @@ def write_plots(folder: Path, ident: Identification, trajs: dict | None, message
              (tr, plot_limits(ident.model, info)),
              {"title": f"{label} trajectory", "joint_names": names})
             for label, (tr, info) in (trajs or {}).items()]
+    jobs += [(f"trajectory_{label}_clearance", trajectory_plots.plot_clearance, (info.clearance,),
+              {"title": f"{label} trajectory: minimum link-pair / obstacle distance"})
+             for label, (tr, info) in (trajs or {}).items() if getattr(info, "clearance", None)]
     for stem, fn, args, kw in jobs + _plot_jobs(ident):
         try:
             fn(*args, pdir / f"{stem}.png", **kw)
@@ -119,6 +258,7 @@ def write_plots(folder: Path, ident: Identification, trajs: dict | None, message
             what = stem.replace("trajectory_", "trajectory plot (", 1) + ")" \
                 if stem.startswith("trajectory_") else f"plot {stem}"
             messages.append(f"{what} failed: {exc}")
+    return sorted(f"plots/{p.name}" for p in pdir.glob("*.png"))
 
 
 def write_run(folder: Path, scn: Scenario, ident: Identification, run: RunInfo, *,
@@ -154,9 +294,10 @@ def write_run(folder: Path, scn: Scenario, ident: Identification, run: RunInfo, 
         why = ex.reason if ex is not None and ex.reason else "no model was fitted"
         run.messages.append(f"no identified.urdf written: {why}")
         progress.message(f"no identified.urdf written: {why}")
+    run.files["plots"] = []     # the report embeds exactly these (never a previous run's)
     if out.plots:
         t0 = time.perf_counter()
-        write_plots(folder, ident, trajs, run.messages)
+        run.files["plots"] = write_plots(folder, ident, trajs, run.messages)
         run.timings["plots"] = round(time.perf_counter() - t0, 4)
     metrics = metrics_document(run, ident, models)
     write_json(folder / "metrics.json", metrics)

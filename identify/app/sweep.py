@@ -26,6 +26,7 @@ Outputs: ``sweep.yaml`` (the resolved scenario), ``runs/*.json``, ``summary.json
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -46,7 +47,7 @@ from identify.scenario.spec import NOISE_ALIASES, Scenario
 
 from .acquisition import record
 from .identification import identify_recordings
-from .pipeline import build_model
+from .pipeline import build_model, check_budget, require_backend_files
 from .render import sweep_record
 from .runfolder import resolved_scenario
 from .trajectories import trajectories
@@ -198,15 +199,27 @@ def _finished(folder: Path) -> set:
     return done
 
 
+def _check_sweep_budget(scn: Scenario, workers: int | None, yes: bool) -> None:
+    """Count the runs (grid points x seeds, without building the task list) and refuse a sweep
+    beyond the time / memory budget unless `yes` (identify.app.pipeline.check_budget)."""
+    from identify.scenario.budget import estimate_sweep
+    one_seed = dataclasses.replace(scn, sweep=dataclasses.replace(scn.sweep, seeds=1))
+    n_runs = len(grid(one_seed)[0]) * scn.sweep.seeds
+    check_budget(estimate_sweep(scn, n_runs, workers), yes, what=f"this sweep ({n_runs:,} runs)")
+
+
 def run_sweep(scn: Scenario, out=None, *, dask_address: str | None = None,
-              workers: int | None = None) -> SweepResult:
-    """Run (or resume) the scenario's noise sweep; see the module docstring."""
+              workers: int | None = None, yes: bool = False) -> SweepResult:
+    """Run (or resume) the scenario's noise sweep; see the module docstring. Refused before
+    anything runs when its estimated time or memory exceeds the budget, unless `yes`."""
     if scn.backend != "twin":
         raise InputError("a noise sweep needs backend: twin (it sets the twin's sensor noise)")
     sw = scn.sweep
     address = dask_address or (sw.dask_address if sw.executor == "dask" else None)
     if sw.executor == "dask" and not address:
         raise InputError("sweep.executor: dask needs sweep.dask_address or --dask ADDRESS")
+    require_backend_files(scn)
+    _check_sweep_budget(scn, workers, yes)
     tasks, points = grid(scn)
     folder = _prepare_folder(scn, out)
     timings: dict = {}
@@ -337,6 +350,30 @@ METRICS = {
 }
 
 
+#: stages whose z = (estimate - truth) / std the runs record (render.sweep_record "z")
+COVERAGE_STAGES = ("improved_stage1", "improved_stage2", "simplified")
+
+
+def coverage(records: list) -> dict:
+    """Calibration of the reported std per stage over the runs of one grid point: the z values
+    of every run pooled; fraction within 1, 2 and 3 sigma (a calibrated Gaussian std gives
+    68.3 / 95.4 / 99.7 %), the RMS of z (1 when calibrated) and the count. Stages without z in
+    any run are left out."""
+    out = {}
+    for stage in COVERAGE_STAGES:
+        z = np.asarray([x for r in records for x in ((r.get("z") or {}).get(stage) or [])
+                        if x is not None and np.isfinite(x)], float)
+        if z.size == 0:
+            continue
+        a = np.abs(z)
+        out[stage] = {"n": int(z.size), "within_1sigma": float(np.mean(a <= 1.0)),
+                      "within_2sigma": float(np.mean(a <= 2.0)),
+                      "within_3sigma": float(np.mean(a <= 3.0)),
+                      "rms_z": float(np.sqrt(np.mean(z ** 2))),
+                      "median_abs_z": float(np.median(a))}
+    return out
+
+
 def summarize(folder, scn: Scenario, points: list, timings: dict | None = None) -> dict:
     """Aggregate the finished runs per grid point (median, 10-90 % band over seeds); write
     summary.json / summary.md / summary.html and plots. Missing runs are counted, not invented."""
@@ -352,6 +389,7 @@ def summarize(folder, scn: Scenario, points: list, timings: dict | None = None) 
         row["runs_total"] = len(pt["run_ids"])
         for key, (_label, fn) in METRICS.items():
             row[key] = _stats([fn(r) for r in rs])
+        row["coverage"] = coverage(rs)
         rows.append(row)
     summary = {"name": scn.name, "created": _dt.datetime.now().isoformat(timespec="seconds"),
                "noise_settings": NOISE_SETTINGS, "seeds": scn.sweep.seeds,
@@ -417,11 +455,26 @@ def _write_summary_docs(folder: Path, summary: dict, plots: list) -> None:
             ", ".join(f"{k}={v:g}" for k, v in r["levels"].items())
         rows.append([r["combine"], r["channel"], f"{lvl:g}" if isinstance(lvl, float) else lvl,
                      f"{r['runs_finished']}/{r['runs_total']}"] + [_fmt(r[k]) for k in METRICS])
+    cov_head = ["combine", "channel", "level", "stage", "n z", "within 1 sigma",
+                "within 2 sigma", "within 3 sigma", "RMS z"]
+    cov_rows = []
+    for r, row in zip(summary["points"], rows):
+        for stage, c in r.get("coverage", {}).items():
+            cov_rows.append(row[:3] + [stage, str(c["n"])]
+                            + [f"{100 * c[k]:.1f} %" for k in ("within_1sigma", "within_2sigma",
+                                                               "within_3sigma")]
+                            + [f"{c['rms_z']:.3g}"])
     blocks = [("h", 1, f"twinid noise sweep: {summary['name']}"),
               ("p", f"{summary['runs_finished']} runs finished; {summary['seeds']} Monte Carlo seeds "
                     f"per grid point; cells: median [10 %, 90 %] over seeds. Noise settings of the "
                     f"twin: " + ", ".join(f"{k} -> `{v}`" for k, v in NOISE_SETTINGS.items())),
               ("table", head, rows)]
+    if cov_rows:
+        blocks += [("h", 2, "Calibration of the reported uncertainty"),
+                   ("p", "z = (estimate - truth) / reported std, pooled over the seeds of a grid "
+                         "point; a calibrated std gives 68.3 % / 95.4 % / 99.7 % within 1 / 2 / 3 "
+                         "sigma and RMS z = 1."),
+                   ("table", cov_head, cov_rows)]
     for p in plots:
         blocks.append(("img", os.path.relpath(p, folder), p.stem.replace("_", " ")))
     atomic_write_text(folder / "summary.md", render_markdown(blocks))

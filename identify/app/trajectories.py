@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import math
-import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from identify.common import progress
+from identify.common.errors import InputError
+from identify.common.fileio import regular_file_problem, usable_cache
 from identify.common.jsonutil import to_jsonable
 from identify.excitation.conditioning import base_parameters, trajectory_cond
 from identify.excitation.fourier import FourierTrajectory
@@ -22,38 +24,123 @@ from .results import TrajectoryInfo
 LABELS = ("excitation", "validation")
 
 
-def cache_dir() -> Path:
-    """Folder of cached trajectory optimizations ($TWINID_CACHE or ./.cache/excitation)."""
-    return Path(os.environ.get("TWINID_CACHE", ".cache")) / "excitation"
+def cache_dir() -> Path | None:
+    """Folder of cached trajectory optimizations: ``<cache root>/excitation`` with the cache root
+    ``$TWINID_CACHE``, else ``$XDG_CACHE_HOME/twinid`` or ``~/.cache/twinid`` (not the working
+    directory). None -- after one warning -- when it cannot be written: no cache then."""
+    return usable_cache("excitation", "trajectories are optimized on every run (not cached)")
 
 
-def make_problem(spec: TrajectorySpec, model, terms) -> ExcitationProblem:
+@dataclass(frozen=True)
+class DesignContext:
+    """What the scenario says about the run a trajectory is designed for (all optional).
+
+    noise_std: per-joint torque noise std [N*m] (the twin's torque_noise_Nm; 1 if unknown);
+    sample_rate_hz: recording rate [Hz]; theta_prior: (p,) prior base parameter values;
+    torque_limit: the excitation torque_limit dict (identify.excitation.torque) or None."""
+    noise_std: object = 1.0
+    sample_rate_hz: float | None = None
+    theta_prior: tuple | None = None
+    torque_limit: dict | None = None
+
+
+def make_problem(spec: TrajectorySpec, model, terms, ctx: DesignContext | None = None
+                 ) -> ExcitationProblem:
     """The excitation problem of a trajectory spec (degrees converted to radians here, once)."""
+    ctx = ctx or DesignContext()
     start = None if spec.start_deg is None else tuple(math.radians(v) for v in spec.start_deg)
     if start is not None and len(start) != model.n:
         raise ValueError(f"start_deg has {len(start)} angles, the arm has {model.n} joints")
+    run = (int(round(ctx.sample_rate_hz * spec.period_s * spec.periods))
+           if ctx.sample_rate_hz else None)
+    noise = ctx.noise_std if np.ndim(ctx.noise_std) == 0 else tuple(ctx.noise_std)
     return ExcitationProblem(harmonics=spec.harmonics, wf=2 * math.pi / spec.period_s,
                              start_pose=start, n_grid=spec.grid, terms=tuple(terms),
                              limit_scale=spec.limit_scale, z_min=spec.z_min_m,
-                             max_iter=spec.max_iter)
+                             max_iter=spec.max_iter, objective=spec.objective,
+                             noise_std=noise, theta_prior=ctx.theta_prior, run_samples=run,
+                             collision_margin=spec.collision_margin_m,
+                             obstacles=tuple(spec.obstacles), torque_limit=ctx.torque_limit)
 
 
-def get_trajectory(spec: TrajectorySpec, model, terms, label: str
+def load_trajectory_file(path, label: str, n_joints: int) -> FourierTrajectory:
+    """One period of the trajectory in file `path` (YAML / NPZ written by ``twinid trajectory``).
+    Raises InputError (exit 2) naming the file and the key when it is not such a file."""
+    where = f"trajectories.{label}.file: {path}"
+    prob = regular_file_problem(path)
+    if prob is not None:
+        raise InputError(f"{where}: {prob}")
+    try:
+        tr = FourierTrajectory.load(path).with_periods(1)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as exc:
+        msg = str(exc).replace(f"{path}: ", "")
+        raise InputError(f"{where}: not a trajectory file written by twinid trajectory ({msg})"
+                         ) from None
+    if tr.n_joints != n_joints:
+        raise InputError(f"{where}: the trajectory has {tr.n_joints} joints, the arm has "
+                         f"{n_joints}")
+    return tr
+
+
+def design_context(scn: Scenario, model, terms) -> DesignContext:
+    """Noise level, sample rate, prior base parameters and (if asked) the motor-torque limit of
+    a scenario's run, for the excitation problem and the predicted std."""
+    from identify.excitation.conditioning import base_parameters as _bp
+    from identify.excitation.torque import torque_limit_from_drives
+    twin = dict(scn.twin) if scn.backend == "twin" else {}
+    noise = twin.get("torque_noise_Nm", 0.05 if scn.backend == "twin" else 1.0)
+    if not np.all(np.asarray(noise, float) > 0):
+        noise = 1.0                          # noiseless twin: relative figures only
+    rate = float(twin.get("sample_rate_hz", 100.0)) if scn.backend == "twin" else \
+        float(scn.hardware.options.get("record_rate_hz", 100.0))
+    drives = None
+    if scn.arm.drives is not None:
+        from identify.model.drives import load_drives
+        try:
+            drives = load_drives(scn.arm.drives, list(model.joint_names))
+        except (ValueError, OSError):
+            drives = None
+    # prior base parameter values: the URDF's inertials, the drive file's link-side friction
+    bp = _bp(model, ExcitationProblem(terms=tuple(terms)))
+    extra = []
+    for term in terms:
+        key = {"viscous": "link_viscous", "coulomb": "link_coulomb"}.get(term)
+        extra.append(drives.array(key) if (drives is not None and key) else np.zeros(model.n))
+    p_full = np.concatenate([model.inertial_parameters()] + extra)
+    theta = tuple(float(v) for v in bp.project(p_full))
+    tl = None
+    want = scn.trajectories.excitation.torque_limit
+    if want == "on" or (want == "auto" and scn.backend == "hardware"):
+        if drives is None:
+            raise ValueError("trajectories.excitation.torque_limit needs arm.drives (friction, "
+                             "reducer loss and rotor inertia of the drives)")
+        payload = None
+        if scn.arm.payload is not None:
+            from identify.model.payload import payload_in_model_frame
+            payload = payload_in_model_frame(scn.arm.urdf, model, scn.arm.payload)
+        # the hardware scales its torque limits by hardware.options.limit_scale (robot.safety)
+        scale = float(scn.hardware.options.get("limit_scale", 1.0)) if scn.backend == "hardware" \
+            else 1.0
+        tl = torque_limit_from_drives(drives, scale * np.asarray(model.limits.tau_max, float),
+                                      payload)
+    return DesignContext(noise_std=noise, sample_rate_hz=rate, theta_prior=theta, torque_limit=tl)
+
+
+def get_trajectory(spec: TrajectorySpec, model, terms, label: str,
+                   ctx: DesignContext | None = None, information0=None
                    ) -> tuple[FourierTrajectory, TrajectoryInfo]:
-    """The trajectory of `spec` (one period) and the facts about it (cond(W_base), source, ...)."""
-    problem = make_problem(spec, model, terms)
+    """The trajectory of `spec` (one period) and the facts about it (cond(W_base), source,
+    design figures, collision check). information0: Fisher information already held."""
+    problem = make_problem(spec, model, terms, ctx)
     if spec.source == "file":
-        tr = FourierTrajectory.load(spec.file).with_periods(1)
-        if tr.n_joints != model.n:
-            raise ValueError(f"{spec.file}: trajectory has {tr.n_joints} joints, the arm has "
-                             f"{model.n}")
+        tr = load_trajectory_file(spec.file, label, model.n)
         bp = base_parameters(model, problem)
         info = TrajectoryInfo(label=label, source=str(spec.file),
                               cond=trajectory_cond(model, tr, bp, tuple(terms), 10 * spec.grid))
     else:
         res = optimize_excitation(model, problem, seed=spec.seed, n_starts=spec.starts,
                                   cache_dir=cache_dir() if spec.cache else None,
-                                  progress=progress.enabled())
+                                  progress=progress.enabled(), information0=information0)
         tr = res.trajectory
         info = TrajectoryInfo(
             label=label, source="optimized" + (" (cached)" if res.from_cache else ""),
@@ -64,14 +151,52 @@ def get_trajectory(spec: TrajectorySpec, model, terms, label: str
     info.period_s = float(tr.period)
     info.periods = int(spec.periods)
     info.duration_s = float(tr.period * spec.periods)
+    _design_facts(info, tr, model, problem, spec, information0)
     return tr, info
+
+
+def _design_facts(info: TrajectoryInfo, tr, model, problem: ExcitationProblem, spec,
+                  information0=None) -> None:
+    """Design figures (identify.excitation.information) and the independent collision check
+    (PyBullet on the URDF's shapes, 10x the optimizer grid; raises CollisionRefused naming pair
+    and time) of `tr`, into `info`."""
+    from identify.backend.clearance import check_clearance
+    from identify.excitation.information import design_report
+    bp = base_parameters(model, problem)
+    run = problem.run_samples or 10 * problem.n_grid
+    rep = design_report(model, tr, bp, problem.terms, problem.noise_std, run,
+                        theta_prior=problem.theta_prior, n_check=10 * problem.n_grid,
+                        information0=information0)
+    info.objective = problem.objective
+    info.cond_scaled = rep.cond_scaled
+    info.logdet = rep.logdet if np.isfinite(rep.logdet) else None
+    info.rel_std = [float(v) if np.isfinite(v) else None for v in rep.rel_std]
+    info.median_rel_std = rep.median_rel_std if np.isfinite(rep.median_rel_std) else None
+    info.noise_std_Nm = rep.noise_std.tolist()
+    if model.source:
+        margin = problem.collision_margin
+        cr = check_clearance(model.source, model.joint_names, tr,
+                             obstacles=[dict(o) for o in problem.obstacles],
+                             margin=0.0 if margin is None else margin,
+                             n_samples=10 * problem.n_grid, what=f"{info.label} trajectory")
+        info.clearance_margin_m = cr.margin
+        if cr.n_pairs:
+            info.min_distance_m = float(cr.min_distance.min())
+            info.closest_pair, info.closest_time_s = cr.worst_pair, cr.worst_time
+            info.clearance = {"t": cr.t, "min": cr.min_distance, "margin": cr.margin,
+                              "pairs": dict(zip(cr.labels, cr.distances.T))}
 
 
 def trajectories(scn: Scenario, model, timings: dict | None = None) -> dict:
     """label -> (trajectory, TrajectoryInfo) for the excitation and validation trajectories."""
     terms = scn.identification.friction_terms
+    for label in LABELS:        # a bad trajectory file is refused before anything is optimized
+        spec = getattr(scn.trajectories, label)
+        if spec.source == "file":
+            load_trajectory_file(spec.file, label, model.n)
+    ctx = design_context(scn, model, terms)
     out = {}
     for label in LABELS:
         with progress.step(f"{label} trajectory", timings):
-            out[label] = get_trajectory(getattr(scn.trajectories, label), model, terms, label)
+            out[label] = get_trajectory(getattr(scn.trajectories, label), model, terms, label, ctx)
     return out

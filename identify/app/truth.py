@@ -1,7 +1,10 @@
 """Ground truth the twin knows, for judging an identification on twin data: the link-side rigid
 body (URDF inertia + payload in the model's last link frame), link friction (stage 1) and the
-drive coefficients (stage 2), from the drive file through the one loader (identify.model.drives)
-and the twin's resolved settings."""
+drive coefficients (stage 2). The drive coefficients come from what the twin reports it simulated,
+``Recording.meta["drive_truth"]`` (twin/truth.py: the reducer law's own truth -- xi_opp for the
+"opposing" law, xi_lin for "paper", none for "load_speed", which no fitted variant shares), when a
+recording carries it; otherwise (older recordings) from the drive file through the one loader
+(identify.model.drives) and the twin's resolved settings."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,13 +49,62 @@ def recorded_settings(recs: dict) -> bool:
                for r in recs.values())
 
 
-def true_link_parameters(scn: Scenario, model, settings: dict | None = None) -> Truth | None:
+def recorded_drive_truth(recs: dict | None) -> dict | None:
+    """The twin's ``meta["drive_truth"]`` of the first recording carrying one, else None."""
+    for rec in (recs or {}).values():
+        dt = (getattr(rec, "meta", None) or {}).get("drive_truth")
+        if isinstance(dt, dict):
+            return dt
+    return None
+
+
+def _apply_drive_truth(truth: Truth, dt: dict, joint_names: list) -> Truth:
+    """Replace the drive-file stage-1 friction and stage-2 coefficients of `truth` by the twin's
+    recorded ``drive_truth`` (reordered to `joint_names`); a coefficient the law has no constant
+    truth for (xi of load_speed: None) is left out, and stage 2 is not applicable when the twin
+    says so (``constant_parameter_truth``)."""
+    order = [list(dt["joints"]).index(j) for j in joint_names]
+
+    def pick(key):
+        v = dt.get(key)
+        if v is None or any(x is None for x in v):
+            return None
+        return np.asarray(v, float)[order]
+    stage2 = {}
+    for key in ("xi_opp", "xi_lin", "f_mc", "f_mv", "J_m", "J_m/K"):
+        v = pick(key)
+        if v is not None:
+            stage2[key] = v
+    truth.stage2 = stage2
+    for key in ("viscous", "coulomb"):
+        v = pick(key)
+        if v is not None:
+            setattr(truth, key, v)
+    cpt = dt.get("constant_parameter_truth") or {}
+    nc = dt.get("not_constant") or {}
+    for stage in ("stage1", "stage2"):
+        if cpt.get(stage) is False:
+            truth.applicable[stage] = False
+            reasons = [str(r) for r in nc.get(stage) or []] or ["the twin reports no constant "
+                                                                "parameter truth"]
+            truth.not_applicable[stage] = list(dict.fromkeys(
+                list(truth.not_applicable.get(stage, [])) + reasons))
+    truth.law = dt.get("law")
+    truth.note += f"; drive coefficients as simulated (reducer law {truth.law})"
+    return truth
+
+
+def true_link_parameters(scn: Scenario, model, settings: dict | None = None,
+                         drive_truth: dict | None = None) -> Truth | None:
     """The twin's ground truth for `model` under the twin's resolved `settings`
     (:func:`twin_settings`; None: resolve the scenario's).
 
     ``applicable`` = {"stage1": bool, "stage2": bool} and ``not_applicable`` = {stage: [reasons]}
     say when a twin option makes a constant-parameter truth meaningless (Stribeck, Coulomb
-    asymmetry, friction drift on an active friction source; drive_model false for stage 2).
+    asymmetry, friction drift on an active friction source; drive_model false for stage 2; a
+    reducer law without a constant-parameter truth). `drive_truth`: the twin's
+    ``Recording.meta["drive_truth"]`` (:func:`recorded_drive_truth`), which replaces the drive
+    file's link friction and stage-2 coefficients (the twin's truth is what it simulates).
     None when no truth can be known (hardware, no drive file, twin settings unknown)."""
     if scn.backend != "twin" or scn.arm.drives is None:
         return None
@@ -94,6 +146,9 @@ def true_link_parameters(scn: Scenario, model, settings: dict | None = None) -> 
     note = ("the twin's URDF inertia" + (" + payload" if scn.arm.payload else "")
             + " and the drive file's link-side friction"
             + ("" if on["link_friction"] else " (switched off: 0)"))
-    return Truth(inertial=p, viscous=lv, coulomb=lc, stage2=stage2, note=note,
-                 applicable={k: not v for k, v in na.items()}, not_applicable=na,
-                 settings_source="given" if settings is not None else "scenario")
+    truth = Truth(inertial=p, viscous=lv, coulomb=lc, stage2=stage2, note=note,
+                  applicable={k: not v for k, v in na.items()}, not_applicable=na,
+                  settings_source="given" if settings is not None else "scenario")
+    if drive_truth is not None:
+        truth = _apply_drive_truth(truth, drive_truth, list(model.joint_names))
+    return truth

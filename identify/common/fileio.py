@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -12,7 +14,8 @@ import yaml
 
 from .jsonutil import to_jsonable
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_savez", "write_yaml", "write_json"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_savez", "write_yaml", "write_json",
+           "writable_problem", "regular_file_problem"]
 
 
 def _atomic(path: Path, write, mode: int | None = None) -> None:
@@ -57,3 +60,107 @@ def write_yaml(path: str | os.PathLike, data) -> None:
 def write_json(path: str | os.PathLike, data) -> None:
     """`data` as strict JSON (numpy converted, non-finite floats -> null), atomically."""
     atomic_write_text(path, json.dumps(to_jsonable(data), indent=1, allow_nan=False))
+
+
+# ------------------------------------------------------------------------------------------------
+# before any work: can we write there, is there room, what is this path?
+# ------------------------------------------------------------------------------------------------
+MB = 1024 * 1024
+
+
+def _existing_parent(path: Path) -> Path:
+    p = Path(os.path.abspath(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def writable_problem(folder: str | os.PathLike, need_bytes: int = 0) -> str | None:
+    """Why `folder` cannot take `need_bytes` of new files, or None if it can.
+
+    Probes for real (creates the folder and a temporary file in it, then removes both if they
+    were new), since permission bits say nothing for root or on a read-only mount. Free space is
+    read from the nearest existing parent."""
+    folder = Path(folder)
+    parent = _existing_parent(folder)
+    if parent.exists() and not parent.is_dir():
+        return f"{parent} is a file, not a folder"
+    created = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".twinid-probe.", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        return f"cannot write in {folder} ({exc.strerror or exc})"
+    finally:
+        if created and folder.is_dir():
+            try:
+                folder.rmdir()      # leave no trace of the probe; the real write recreates it
+            except OSError:
+                pass
+    free = shutil.disk_usage(_existing_parent(folder)).free
+    if need_bytes and free < need_bytes:
+        return (f"only {free / MB:.0f} MB free on {folder}, about {need_bytes / MB:.0f} MB "
+                f"are needed")
+    return None
+
+
+def regular_file_problem(path: str | os.PathLike) -> str | None:
+    """Why `path` is not a readable regular file ("not found", "is a directory", "is a named
+    pipe (FIFO)", "is a device", ...), or None if it is one."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return "not found"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory, not a file"
+    if stat.S_ISFIFO(st.st_mode):
+        return "is a named pipe (FIFO), not a regular file (it may never end)"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return "is a device, not a regular file (e.g. /dev/zero never ends)"
+    if stat.S_ISSOCK(st.st_mode):
+        return "is a socket, not a regular file"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if not os.access(p, os.R_OK):
+        return "is not readable (permission denied)"
+    return None
+
+
+def cache_root() -> Path:
+    """twinid's cache folder: ``$TWINID_CACHE``, else ``$XDG_CACHE_HOME/twinid``, else
+    ``~/.cache/twinid`` (never the working directory)."""
+    env = os.environ.get("TWINID_CACHE")
+    if env:
+        return Path(os.path.expanduser(env))
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path(os.path.expanduser("~")) / ".cache"
+    return base / "twinid"
+
+
+#: free space a cache folder must have to be used [bytes]
+CACHE_MIN_FREE = 50 * MB
+_cache_state: dict[str, str | None] = {}
+
+
+def usable_cache(sub: str, what: str = "") -> Path | None:
+    """The cache folder ``cache_root()/sub`` if it can be written (and has
+    :data:`CACHE_MIN_FREE`), else None. The first unusable cache of a process prints ONE warning
+    saying what twinid does without a cache (every cache then falls back, silently)."""
+    folder = cache_root() / sub
+    key = str(folder)
+    if key not in _cache_state:
+        prob = writable_problem(folder, CACHE_MIN_FREE)
+        _cache_state[key] = prob
+        if prob is not None and not _cache_state.get("_warned"):
+            _cache_state["_warned"] = "yes"
+            from .progress import warn
+            warn(f"cache folder unusable ({prob}): running without a cache -- the arm model is "
+                 f"evaluated in CasADi's virtual machine (about 20x slower) instead of compiled "
+                 f"C, and trajectories are optimized on every run. Set TWINID_CACHE to a "
+                 f"writable folder.")
+    return None if _cache_state[key] is not None else folder

@@ -49,3 +49,15 @@ def step(title: str, timings: dict | None = None):
         if timings is not None:
             timings[title] = round(dt, 4)
         message(f"   {title}: {dt:.2f} s")
+
+
+_warned: set[str] = set()
+
+
+def warn(text: str) -> None:
+    """A warning line on stderr, ``twinid: warning: <text>`` -- printed once per process for the
+    same text, and also under --quiet (it says something about the results or the run)."""
+    if text in _warned:
+        return
+    _warned.add(text)
+    tqdm.write(f"twinid: warning: {text}", file=sys.stderr)

@@ -295,3 +295,35 @@ def decimate(x: np.ndarray, factor: int, offset: int = 0) -> np.ndarray:
     if factor < 1:
         raise ValueError(f"decimate: factor must be >= 1, got {factor}")
     return np.asarray(x)[offset::factor]
+
+
+def advance(x: np.ndarray, samples: float) -> np.ndarray:
+    """x advanced in time by `samples` (may be fractional): y[k] = x(k + samples), a cubic
+    spline between samples; values beyond the ends hold the end value (callers trim them).
+    Used to compensate a delay of the torque channels relative to the positions
+    (ProcessingSettings.delay): a signal measured `samples` late is read `samples` earlier."""
+    x = np.asarray(x, dtype=float)
+    if samples == 0:
+        return x.copy()
+    k = np.arange(x.shape[0], dtype=float)
+    tq = np.clip(k + float(samples), 0.0, k[-1])
+    if float(samples).is_integer():
+        return x[tq.astype(int)]
+    return interpolate.CubicSpline(k, x, axis=0)(tq)
+
+
+def noise_floor(x: np.ndarray, half_width: int = 4, order: int = 3) -> np.ndarray:
+    """Estimated std of white measurement noise in each column of `x` (N, ...) from the residual
+    of a local polynomial fit (Savitzky-Golay, window 2*half_width+1, `order`): for white noise
+    of std s the residual r = x - SG(x) has variance s^2 (1 - h0), h0 the filter's centre weight
+    (the fit is a projection), so s = rms(r) / sqrt(1 - h0). Signal content that the local
+    polynomial cannot follow (fast oscillations) adds to the estimate, so it is an upper bound
+    for smooth signals. Returns the std per column, shape x.shape[1:]."""
+    x = np.asarray(x, dtype=float)
+    w = 2 * int(half_width) + 1
+    if x.shape[0] < 2 * w:
+        raise ValueError(f"noise_floor needs at least {2 * w} samples, got {x.shape[0]}")
+    h = _sps.savgol_coeffs(w, order)
+    r = x - _sps.savgol_filter(x, w, order, axis=0, mode="interp")
+    r = r[half_width:-half_width]           # interior: the centre weight h0 applies there
+    return np.sqrt(np.mean(r ** 2, axis=0) / (1.0 - h[half_width]))

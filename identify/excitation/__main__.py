@@ -3,6 +3,8 @@ from the command line."""
 from __future__ import annotations
 import argparse
 import math
+
+import numpy as np
 import sys
 from pathlib import Path
 from .optimizer import optimize_excitation, validation_trajectory
@@ -62,6 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--objective", default="cond", choices=["cond", "d_optimal", "a_optimal"],
+                    help="cond(W_base), log det of the information, or the sum of squared "
+                         "relative std (docs/excitation.md)")
+    ap.add_argument("--noise", type=float, default=0.05,
+                    help="torque noise std per joint [N*m] of the information (d/a-optimal)")
+    ap.add_argument("--collision-margin", type=float, default=0.02,
+                    help="self-collision clearance [m]; negative: no collision constraints")
+    ap.add_argument("--held", action="append", default=[],
+                    help="trajectory file (YAML/NPZ) already recorded at --rate: optimize the "
+                         "new one for the combined estimate (d/a-optimal; repeatable)")
     args = ap.parse_args(argv)
     try:
         joints = None if args.joints is None else [j.strip() for j in args.joints.split(",")]
@@ -70,12 +82,26 @@ def main(argv: list[str] | None = None) -> int:
             harmonics=args.harmonics, wf=2 * math.pi / args.period,
             start_pose=_parse_pose(args.start_deg), n_grid=args.grid,
             terms=tuple(t for t in args.terms.split(",") if t.strip()),
-            limit_scale=args.limit_scale, z_min=args.z_min, max_iter=args.max_iter)
+            limit_scale=args.limit_scale, z_min=args.z_min, max_iter=args.max_iter,
+            objective=args.objective, noise_std=args.noise,
+            run_samples=int(round(args.rate * args.period)),
+            collision_margin=None if args.collision_margin < 0 else args.collision_margin)
+        info0 = None
+        if args.held:
+            from .conditioning import base_parameters
+            from .fourier import FourierTrajectory
+            from .information import information_of
+            bp = base_parameters(model, problem)
+            for f in args.held:
+                tr = FourierTrajectory.load(f)
+                t = np.arange(int(round(tr.duration * args.rate))) / args.rate
+                F = information_of(model, bp, problem.terms, *tr.evaluate(t), args.noise)
+                info0 = F if info0 is None else info0 + F
         out = Path(args.out)
         cache = None if args.no_cache else Path(".cache") / "excitation"
         jobs = [("excitation", lambda: optimize_excitation(
             model, problem, seed=args.seed, n_starts=args.starts, cache_dir=cache,
-            progress=not args.quiet))]
+            progress=not args.quiet, information0=info0))]
         if args.validation:
             jobs.append(("validation", lambda: validation_trajectory(
                 model, problem, seed=args.seed + 1, n_starts=max(1, args.starts // 2),

@@ -30,10 +30,19 @@ def _model_fingerprint(model) -> dict:
     return {"name": model.name, "joints": list(model.joint_names), "numbers": h.hexdigest()}
 
 
-def _problem_key(model, problem, bp, seed, n_starts) -> str:
+def _problem_key(model, problem, bp, seed, n_starts, information0=None) -> str:
     d = {"version": CACHE_VERSION, "model": _model_fingerprint(model), "problem": problem.to_dict(),
          "base_columns": [int(i) for i in np.asarray(bp.independent)], "seed": seed,
          "n_starts": n_starts}
+    if information0 is not None:        # information already held changes the optimum
+        d["information0"] = hashlib.sha256(
+            np.ascontiguousarray(np.round(np.asarray(information0, float), 9)).tobytes()).hexdigest()
+    if getattr(problem, "collision_margin", None) is not None and getattr(model, "source", ""):
+        # the collision geometry comes from the URDF file: its bytes change the result
+        try:
+            d["urdf"] = hashlib.sha256(Path(model.source).read_bytes()).hexdigest()
+        except OSError:
+            d["urdf"] = str(model.source)
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 

@@ -35,6 +35,8 @@ class _NLP:
     linear: np.ndarray | None = None   # (rows,) bool: a linear q/qd/qdd limit row
     sample: np.ndarray | None = None   # (rows,) grid sample index of the row within its group
     subs: dict | None = None           # screened solvers by row selection
+    kinds: np.ndarray | None = None    # (rows,) kind of each row: q qd qdd z col tau rms
+    callbacks: list | None = None      # constraint-row callbacks (must outlive the solver)
 
     def sub_solver(self, keep: np.ndarray) -> ca.Function:
         """IPOPT solver of the same problem with only the constraint rows `keep` (bool mask)."""
@@ -52,6 +54,30 @@ class _NLP:
 
 
 _NLP_CACHE: dict = {}
+_COLLISION_CACHE: dict = {}
+
+
+def collision_model(model, problem: ExcitationProblem):
+    """The capsules, pairs and obstacles of `problem` (identify.model.collision.ArmCapsules),
+    without the pairs closer than the margin at the start pose (free start joints at the middle
+    of their range, clipped to +-pi): the arm stands there, so such a pair is an overlap of the
+    model's geometry. Cached per model and settings."""
+    from identify.model.collision import ArmCapsules
+    key = (id(model), model.source, repr(problem.obstacles), problem.link_tubes,
+           problem.collision_margin, problem.start_pose)
+    if key not in _COLLISION_CACHE:
+        q_start, free = resolve_start(model, problem)
+        lim = scaled_limits(model, problem)
+        mid = np.clip(np.nan_to_num(0.5 * (lim["q_min"] + lim["q_max"])), -math.pi, math.pi)
+        q_ref = np.where(free, mid, q_start)
+        ac = ArmCapsules.of_model(model, problem.obstacles, link_tubes=problem.link_tubes)
+        if len(_COLLISION_CACHE) > 8:
+            _COLLISION_CACHE.clear()
+        lo, hi = np.maximum(lim["q_min"], -math.pi), np.minimum(lim["q_max"], math.pi)
+        q_rand = np.random.default_rng(0).uniform(lo, hi, (64, model.n))
+        _COLLISION_CACHE[key] = ac.drop_close(q_ref, float(problem.collision_margin)
+                                              ).drop_constant(q_rand)
+    return _COLLISION_CACHE[key]
 
 
 def _power_objective(M, p: int, r: int):
@@ -81,7 +107,8 @@ class _FastObjective:
     (the trace terms cancel), dJ/dW^T_s = 2 dJ/dM W^T_s per sample s.
     """
 
-    def __init__(self, model, problem: ExcitationProblem, bp, free, q_start, P, V, A):
+    def __init__(self, model, problem: ExcitationProblem, bp, free, q_start, P, V, A,
+                 information0=None):
         from identify.model.regressor import BatchEvaluator
         n, p = model.n, len(bp.independent)
         fb = base_regressor_function(model, bp, problem.terms, problem.coulomb_eps)
@@ -96,6 +123,16 @@ class _FastObjective:
         self.fw = BatchEvaluator(fwd)           # (N, p, n)
         self.fv = BatchEvaluator(vjp)           # (N, 3n, 1)
         self.n, self.p, self.r = n, p, int(problem.objective_power)
+        # D / A-optimal: information F = sum_s W_s^T diag(w^2) W_s (w = 1/noise std) scaled to a
+        # run, plus the information already held (identify.excitation.information)
+        from .information import noise_vector, prior_scale
+        self.mode = problem.objective
+        self.w = 1.0 / noise_vector(problem.noise_std, n)
+        N = P.shape[0]
+        self.fscale = float(problem.run_samples) / N if problem.run_samples else 1.0
+        self.F0 = None if information0 is None else np.asarray(information0, float)
+        sc = prior_scale(problem.theta_prior)
+        self.s2 = np.ones(p) if sc is None else 1.0 / sc ** 2
         self.m = 2 * (int(problem.harmonics) - 1)
         self.free = np.asarray(free, bool)
         self.q_start = np.asarray(q_start, float)
@@ -115,6 +152,9 @@ class _FastObjective:
             return self._last
         q, qd, qdd = self._states(x)
         F = self.fw(q, qd, qdd)                                  # (N, p, n) = W_s^T
+        if self.mode != "cond":
+            self._last = self._forward_information(x, F, (q, qd, qdd))
+            return self._last
         Fm = F.transpose(1, 0, 2).reshape(self.p, -1)
         M = Fm @ Fm.T
         lam, U = np.linalg.eigh(M)
@@ -134,6 +174,32 @@ class _FastObjective:
         self._last = (x, J, F, U, lam, wp - wm, (q, qd, qdd))
         return self._last
 
+    def _forward_information(self, x, F, states):
+        """D-optimal J = -log det(F_tot) / p, dJ/dF = -F_tot^-1 / p; A-optimal
+        J = log tr(S F_tot^-1 S), dJ/dF = -F^-1 S^2 F^-1 / tr(.), S^2 = diag(s2); with
+        F_tot = F0 + fscale sum_s Fw_s Fw_s^T, Fw_s = W_s^T diag(w). Returns the cache tuple with
+        G_F = dJ/dF_tot * fscale in place of (U, lam, dw)."""
+        Fw = F * self.w[None, None, :]
+        Fm = Fw.transpose(1, 0, 2).reshape(self.p, -1)
+        M = self.fscale * (Fm @ Fm.T)
+        if self.F0 is not None:
+            M = M + self.F0
+        try:
+            L = np.linalg.cholesky(M)
+        except np.linalg.LinAlgError:
+            return (x, np.nan, None, None, None, None, states)
+        Li = np.linalg.solve(L, np.eye(self.p))
+        Minv = Li.T @ Li
+        if self.mode == "d_optimal":
+            J = -2.0 * float(np.sum(np.log(np.diag(L)))) / self.p
+            G = -Minv / self.p
+        else:
+            B = Minv * self.s2[None, :]                          # Minv S^2
+            f = float(np.sum(self.s2 * np.diag(Minv)))
+            J = math.log(f)
+            G = -(B @ Minv) / f
+        return (x, J, Fw, ("info", self.fscale * G), None, None, states)
+
     def value(self, x) -> float:
         return float(self._forward(x)[1])
 
@@ -141,8 +207,11 @@ class _FastObjective:
         x, J, F, U, lam, dw, (q, qd, qdd) = self._forward(x)
         if F is None:
             return np.full(x.shape, np.nan)
-        G = (U * (dw / lam)) @ U.T                               # dJ/dM (p, p)
-        S = 2.0 * np.einsum("pq,sqn->snp", G, F)                 # seeds, column-major per sample
+        if isinstance(U, tuple):                                 # D / A-optimal: F is Fw
+            S = 2.0 * np.einsum("pq,sqn->snp", U[1], F) * self.w[None, :, None]
+        else:
+            G = (U * (dw / lam)) @ U.T                           # dJ/dM (p, p)
+            S = 2.0 * np.einsum("pq,sqn->snp", G, F)             # seeds, column-major per sample
         adj = self.fv(q, qd, qdd, S.reshape(S.shape[0], -1))[:, :, 0]   # (N, 3n)
         n = self.n
         aq, av, aa = adj[:, :n], adj[:, n:2 * n], adj[:, 2 * n:]
@@ -185,12 +254,94 @@ class _ObjCallback(ca.Callback):
         return self._jac
 
 
-def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1) -> _NLP:
+class _SampleRows:
+    """Constraint rows h(q_k, qd_k, qdd_k) (R,) at every constraint sample k, evaluated as
+    generated C (identify.model.regressor.BatchEvaluator) with their exact Jacobian chained to
+    the NLP variables through the Fourier bases, instead of CasADi's MX virtual machine (the
+    capsule distances and the torque bound mapped over the grid were ~75 % of a solve there).
+    Output order: row-major by h's row, then sample (row r of sample k at r N + k)."""
+
+    def __init__(self, h: ca.Function, n: int, m: int, free, q_start, P, V, A):
+        from identify.model.regressor import BatchEvaluator
+        q, qd, qdd = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
+        out = h(q, qd, qdd)
+        self.R = int(out.shape[0])
+        self.fh = BatchEvaluator(ca.Function("rows", [q, qd, qdd], [ca.densify(out)]))
+        self.fj = BatchEvaluator(ca.Function("rows_jac", [q, qd, qdd],
+                                             [ca.densify(ca.jacobian(out, ca.vertcat(q, qd, qdd)))]))
+        self.n, self.m = n, m
+        self.free = np.asarray(free, bool)
+        self.q_start = np.asarray(q_start, float)
+        self.P, self.V, self.A = P, V, A
+        self.N = P.shape[0]
+
+    def _states(self, x):
+        n, m = self.n, self.m
+        X = x[:n * m].reshape(n, m)
+        q0 = self.q_start.copy()
+        q0[self.free] = x[n * m:]
+        return q0[None, :] + self.P @ X.T, self.V @ X.T, self.A @ X.T
+
+    def value(self, x) -> np.ndarray:
+        H = self.fh(*self._states(x))[:, :, 0]                   # (N, R)
+        return H.T.reshape(-1)
+
+    def jacobian(self, x) -> np.ndarray:
+        n, m, N, R = self.n, self.m, self.N, self.R
+        Jq = self.fj(*self._states(x))                           # (N, R, 3n)
+        a, v, c = Jq[:, :, :n], Jq[:, :, n:2 * n], Jq[:, :, 2 * n:]
+        JX = (np.einsum("krj,km->rkjm", a, self.P) + np.einsum("krj,km->rkjm", v, self.V)
+              + np.einsum("krj,km->rkjm", c, self.A)).reshape(R * N, n * m)
+        Jf = a[:, :, self.free].transpose(1, 0, 2).reshape(R * N, -1)
+        return np.hstack([JX, Jf])
+
+
+class _RowsCallback(ca.Callback):
+    """CasADi Function x -> rows of a :class:`_SampleRows` (Jacobian via get_jacobian)."""
+
+    def __init__(self, name, rows: _SampleRows, nx: int, jac: bool = False, opts=None):
+        ca.Callback.__init__(self)
+        self.rows, self.nx, self.jac = rows, nx, jac
+        self.size = rows.R * rows.N
+        self._jac = None
+        self.construct(name, opts or {})
+
+    def get_n_in(self):
+        return 2 if self.jac else 1
+
+    def get_n_out(self):
+        return 1
+
+    def get_sparsity_in(self, i):
+        return ca.Sparsity.dense(self.nx, 1) if i == 0 else ca.Sparsity.dense(self.size, 1)
+
+    def get_sparsity_out(self, i):
+        return (ca.Sparsity.dense(self.size, self.nx) if self.jac
+                else ca.Sparsity.dense(self.size, 1))
+
+    def eval(self, arg):
+        x = np.asarray(arg[0], float).reshape(-1)
+        if self.jac:
+            return [ca.DM(self.rows.jacobian(x))]
+        return [ca.DM(self.rows.value(x))]
+
+    def has_jacobian(self):
+        return not self.jac
+
+    def get_jacobian(self, name, inames, onames, opts):
+        self._jac = _RowsCallback(name, self.rows, self.nx, jac=True)
+        return self._jac
+
+
+def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1,
+               information0=None) -> _NLP:
     """The IPOPT problem of `problem`. constraint_stride > 1: the linear limit rows only at every
     constraint_stride-th grid sample, tightened by cos(pi H stride / N) instead (Ehlich-Zeller on
-    that coarser grid, so the limits still hold in continuous time; a cheaper first stage)."""
+    that coarser grid, so the limits still hold in continuous time; a cheaper first stage).
+    information0 (p, p): information already held (D / A-optimal objectives)."""
     cs = int(constraint_stride)
-    key = (id(model), _problem_key(model, problem, bp, seed=None, n_starts=None), cs)
+    key = (id(model), _problem_key(model, problem, bp, seed=None, n_starts=None,
+                                   information0=information0), cs)
     if key in _NLP_CACHE:
         return _NLP_CACHE[key]
     t0 = time.perf_counter()
@@ -225,8 +376,8 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
         M = ca.mtimes(Wt, Wt.T)
         f = _power_objective(M, p, int(problem.objective_power))
     else:                               # first derivatives only: compiled C + numpy (faster)
-        keep = _ObjCallback("J", _FastObjective(model, problem, bp, free, q_start, P, V, A),
-                            n * m + nf)
+        keep = _ObjCallback("J", _FastObjective(model, problem, bp, free, q_start, P, V, A,
+                                                information0), n * m + nf)
         f = keep(x)
 
     if cs < 1 or N % cs or N // cs < 2 * H + 1:
@@ -267,6 +418,34 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
             if z_var[j] > 1e-9:
                 add(Z[j, :].T, float(problem.z_min), np.inf,
                     "workspace z >= z_min (origin of frame)", j - 1, "z")
+    Nc = N // cs
+    callbacks = []
+    if problem.collision_margin is not None:
+        # capsule clearance rows at the constraint samples (screened like the limit rows)
+        ac = collision_model(model, problem)
+        fd = ac.distance_function()
+        qs, vs, us = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
+        h = ca.Function("clear", [qs, vs, us], [fd(qs)])
+        cb = _RowsCallback("clearance", _SampleRows(h, n, m, free, q_start, P[::cs], V[::cs],
+                                                    A[::cs]), n * m + nf)
+        callbacks.append(cb)
+        D = cb(x)                                                  # (R Nc,) row-major
+        own = ac.row_owner()
+        for k, lab in enumerate(ac.pair_labels()):
+            r = np.flatnonzero(own == k)
+            if r.size:
+                add(D[int(r[0]) * Nc:(int(r[-1]) + 1) * Nc], float(problem.collision_margin),
+                    np.inf, f"clearance {lab}", -1, "col")
+    if problem.torque_limit is not None:
+        from .torque import torque_ratio_function
+        cb = _RowsCallback("torque", _SampleRows(torque_ratio_function(model, problem.torque_limit),
+                                                 n, m, free, q_start, P[::cs], V[::cs], A[::cs]),
+                           n * m + nf)
+        callbacks.append(cb)
+        Rt = cb(x)
+        for i in range(n):      # as -ratio >= -1: a dense-grid excess raises the lower bound
+            add(-Rt[i * Nc:(i + 1) * Nc], -1.0, np.inf, "motor-torque limit (-bound / tau_max)",
+                i, "tau")
     vmin = _rms_bounds(model, problem)
     if vmin is not None:
         for i in range(n):
@@ -292,13 +471,20 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
     solver = ca.nlpsol("excitation", "ipopt", {"x": x, "f": f, "g": G}, opts)
     linear = np.zeros(lbg.size, bool)
     sample = np.zeros(lbg.size, int)
+    kinds = np.zeros(lbg.size, "<U4")
     for label, j, sl, kind in groups:
         linear[sl] = kind in ("q", "qd", "qdd")
-        sample[sl] = np.arange(sl.stop - sl.start) * (cs if linear[sl.start] else 1)
+        kinds[sl] = kind
+        step = cs if kind in ("q", "qd", "qdd", "tau") else 1
+        if kind == "col":               # rows of the pair, each over the Nc samples
+            sample[sl] = (np.arange(sl.stop - sl.start) % Nc) * cs
+        else:
+            sample[sl] = np.arange(sl.stop - sl.start) * step
     nlp = _NLP(solver=solver, lbg=lbg, ubg=ubg, lbx=lbx, ubx=ubx, groups=groups,
                g_fun=ca.Function("g", [x], [G]), f_fun=ca.Function("f", [x], [f]), bp=bp,
                build_time_s=time.perf_counter() - t0, keep=keep, symbols=(x, f, G), opts=opts,
-               linear=linear, sample=sample)
+               callbacks=callbacks,
+               linear=linear, sample=sample, kinds=kinds)
     if len(_NLP_CACHE) > 8:
         _NLP_CACHE.clear()
     _NLP_CACHE[key] = nlp

@@ -58,6 +58,18 @@ linear limit be exceeded there (only by IPOPT's constraint tolerance), that join
 towards the start pose until it holds. The table constraint has no such bound: a violation between
 grid samples found on the dense grid raises the table for that start and re-solves (at most 3 times).
 
+Collision and motor-torque constraints (``collision_margin``, ``obstacles``, ``torque_limit``;
+docs/excitation.md): per grid sample, the capsule distances of every checked pair
+(identify.model.collision) stay >= the margin and the hardware's motor-torque bound
+(identify.excitation.torque) <= the drives' limits. Both are evaluated as generated C with exact
+Jacobians (objective._SampleRows) and screened like the limit rows (a clearance row enters
+IPOPT's problem when it comes within ``collision_screen`` of its margin). The dense check grid
+verifies them; a violation between grid samples tightens that pair's / joint's rows and
+re-solves, and a start IPOPT ends infeasible on them is shrunk towards its (feasible) start pose
+until everything holds. ``objective`` selects cond (above), d_optimal or a_optimal
+(identify.excitation.information; starts are then ranked by that criterion on the dense grid,
+and no polish stage runs); ``information0`` adds information already held.
+
 Infeasible requests are caught before IPOPT runs when a necessary condition fails (start pose
 outside the limits or under the table, a joint that cannot move, an RMS velocity that no trajectory
 can reach), and an IPOPT failure is translated into :class:`ExcitationInfeasible` naming the worst
@@ -75,7 +87,7 @@ import numpy as np
 from .fourier import FourierTrajectory, _plain
 from .cache import _load_cache, _problem_key, _save_cache
 from .conditioning import CondEvaluator, base_parameters, limit_ratios, trajectory_cond
-from .objective import _NLP, _build_nlp
+from .objective import _NLP, _build_nlp, collision_model
 from .parametrization import _to_trajectory, _to_x, random_trajectory
 from .problem import ExcitationInfeasible, ExcitationProblem, ExcitationResult, check_problem, resolve_start, scaled_limits
 
@@ -124,21 +136,28 @@ def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitat
         st = solver.stats()
         return sol, st, int(st.get("iter_count", 0)), sum(float(st.get(f"t_wall_nlp_{k}", 0.0))
                                                           for k in ev_keys)
+    has_col = nlp.kinds is not None and bool(np.any(nlp.kinds == "col"))
     if (not stride or stride <= 1 or nlp.linear is None
-            or int(nlp.linear.sum()) < int(problem.screen_min_rows)):
+            or (int(nlp.linear.sum()) < int(problem.screen_min_rows) and not has_col)):
         return run(nlp.solver, None)
     theta = float(problem.screen_threshold)
     bound = np.where(nlp.linear, nlp.ubg, np.inf)
+    kinds = nlp.kinds if nlp.kinds is not None else np.zeros(nlp.lbg.size, "<U4")
+    col, tau = kinds == "col", kinds == "tau"
+    screenable = nlp.linear | col | tau
+
     def near_rows(g):
-        """Linear rows within theta of their bound, and their neighbours +-2 samples."""
-        hot = nlp.linear & (np.abs(g) >= theta * bound)
+        """Linear and torque rows within theta of their bound (and their neighbours +-2
+        samples), clearance rows within collision_screen [m] of their margin."""
+        hot = (nlp.linear & (np.abs(g) >= theta * bound)) | (tau & (-g >= theta))
         out = hot.copy()
         for d in (1, 2):
             out[d:] |= hot[:-d]
             out[:-d] |= hot[d:]
-        return out & nlp.linear
+        out |= col & (g - lbg <= float(problem.collision_screen))
+        return out & screenable
     g = np.asarray(nlp.g_fun(x0)).reshape(-1)
-    keep = ~nlp.linear | (nlp.sample % int(stride) == 0) | near_rows(g)
+    keep = ~screenable | ((nlp.linear | tau) & (nlp.sample % int(stride) == 0)) | near_rows(g)
     iters, t_ev = 0, 0.0
     for _ in range(4):
         sol, st, it, ev = run(nlp.sub_solver(keep), keep)
@@ -167,9 +186,10 @@ def _worst_violation(nlp: _NLP, x: np.ndarray, names, lbg=None) -> tuple[float, 
         if v.size and v.max() > worst:
             k = int(nlp.sample[sl][np.argmax(v)]) if nlp.sample is not None else int(np.argmax(v))
             worst = float(v.max())
-            unit = {"z": " m", "rms": " (fraction of the bound squared)"}.get(
+            unit = {"z": " m", "col": " m", "rms": " (fraction of the bound squared)"}.get(
                 kind, " (fraction of the limit)")
-            text = (f"{label} of {names[j]}" + (f" at grid sample {k}" if v.size > 1 else "") +
+            text = ((label if j < 0 else f"{label} of {names[j]}") +
+                    (f" at grid sample {k}" if v.size > 1 else "") +
                     f" (violated by {worst:.3g}{unit})")
     return worst, text
 
@@ -179,8 +199,9 @@ def _worst_violation(nlp: _NLP, x: np.ndarray, names, lbg=None) -> tuple[float, 
 # ------------------------------------------------------------------------------------------------
 def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed: int = 0,
                         n_starts: int = 2, cache_dir=None, progress: bool = False,
-                        bp=None) -> ExcitationResult:
-    """Optimize a Fourier excitation trajectory for cond(W_base) (see module docstring).
+                        bp=None, information0=None) -> ExcitationResult:
+    """Optimize a Fourier excitation trajectory for problem.objective (cond(W_base) by default;
+    see module docstring), safe under its collision and torque constraints.
 
     Runs with one OpenBLAS thread (identify.common.blas.single_thread_blas): the per-iteration
     products are small (48 x 1200 Gram matrix, 48 x 48 eigen-decomposition), and BLAS threads on
@@ -194,6 +215,9 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
         cache_dir: folder of cached results (None: no caching).
         progress: print one line per start to stderr.
         bp: a precomputed base-parameter selection (default: from `problem`).
+        information0: (p, p) Fisher information already held (recorded trajectories,
+            identify.excitation.information.information_of); the D / A-optimal objectives then
+            optimize the new trajectory for the combined estimate.
 
     Returns: :class:`ExcitationResult`.
     Raises: :class:`ExcitationInfeasible` naming the constraint when no start finds a feasible
@@ -202,10 +226,12 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
     from identify.common.blas import single_thread_blas
     with single_thread_blas():
         return _optimize_excitation(model, problem, seed=seed, n_starts=n_starts,
-                                    cache_dir=cache_dir, progress=progress, bp=bp)
+                                    cache_dir=cache_dir, progress=progress, bp=bp,
+                                    information0=information0)
 
 
-def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress, bp):
+def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress, bp,
+                         information0=None):
     problem = ExcitationProblem() if problem is None else problem
     if int(n_starts) < 1:
         raise ValueError(f"n_starts must be >= 1, got {n_starts!r}")
@@ -214,7 +240,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
     names = list(model.joint_names)
     cache_file = None
     if cache_dir is not None:
-        key = _problem_key(model, problem, bp, seed, int(n_starts))
+        key = _problem_key(model, problem, bp, seed, int(n_starts), information0)
         cache_file = Path(cache_dir) / f"excitation-{key[:20]}.yaml"
         if cache_file.exists():
             res = _load_cache(cache_file, problem)
@@ -228,20 +254,37 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
     # with a polish stage, stage 1 only has to get close: its limit rows on a coarser grid
     # (tightened so they still hold in continuous time), the polish then uses the full grid
     coarse = _coarse_stride(problem, lim, q_start, free)
-    nlp = _build_nlp(model, problem, bp, constraint_stride=coarse)
+    nlp = _build_nlp(model, problem, bp, constraint_stride=coarse, information0=information0)
     cond_check = CondEvaluator(model, bp, terms, n_check)
+    caps = collision_model(model, problem) if problem.collision_margin is not None else None
+    score = _score_function(model, problem, bp, cond_check, information0)
     starts, best = [], None
     solver_time = 0.0
     worst_text = None
     nlp2 = None
-    if problem.polish_power:
+    if problem.polish_power and problem.objective == "cond":
         nlp2 = _build_nlp(model, replace(problem, objective_power=int(problem.polish_power),
                                          max_iter=max(20, int(problem.max_iter) // 3)), bp)
 
-    def z_raised(nlp_k, lbg):
-        """How far the table rows of `lbg` were raised over the problem's own (0 if none)."""
+    def _shrink_feasible(nlp_k, xs, lbg, q_start, free, H, wf, names, lim, n_check):
+        m = 2 * (H - 1) * model.n
+        for k in range(1, 40):
+            xf = xs.copy()
+            xf[:m] *= 0.9 ** k
+            if _worst_violation(nlp_k, xf, names)[0] > 1e-6:     # the problem's own bounds
+                continue
+            tr_f, z_v = _enforce_dense(model, _to_trajectory(xf, q_start, free, H, wf, names),
+                                       lim, n_check)
+            if (z_v <= 1e-9 and _collision_violation(caps, tr_f, n_check,
+                                                     problem.collision_margin)[0] <= 1e-9
+                    and not np.any(_torque_violation(model, problem, tr_f, n_check) > 1e-9)):
+                return _to_x(tr_f, free)
+        return None
+
+    def z_raised(nlp_k, lbg, which="z"):
+        """How far the table (or clearance) rows of `lbg` were raised over the problem's own."""
         d = [float(np.max(lbg[sl] - nlp_k.lbg[sl])) for _, _, sl, kind in nlp_k.groups
-             if kind == "z" and sl.stop > sl.start]
+             if kind == which and sl.stop > sl.start]
         return max(d) if d else 0.0
 
     def solve(nlp_k, x0, lbg, screen=True):
@@ -262,36 +305,65 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
                 break
             tr, z_viol = _enforce_dense(model, _to_trajectory(xs, q_start, free, H, wf, names),
                                         lim, n_check)
-            if z_viol <= 1e-9:
+            c_viol, c_text, c_pair = _collision_violation(caps, tr, n_check,
+                                                          problem.collision_margin)
+            t_viol = _torque_violation(model, problem, tr, n_check)
+            if caps is not None:
+                c_start = dict(zip((f"clearance {l}" for l in caps.pair_labels()),
+                                   caps.distances(tr.evaluate(np.zeros(1))[0])[0]))
+            if z_viol <= 1e-9 and c_viol <= 1e-9 and not np.any(t_viol > 1e-9):
                 break
             ok = False
             text = (f"workspace z >= z_min between grid samples (dense grid {n_check} samples, "
-                    f"{z_viol:.3g} m below)")
+                    f"{z_viol:.3g} m below)") if z_viol > 1e-9 else c_text or (
+                f"motor-torque limit between grid samples (dense grid: {1 + t_viol.max():.4f} "
+                f"of tau_max)")
             lbg = lbg.copy()
             for label, j, sl, kind in nlp_k.groups:
-                if kind == "z":
+                if kind == "z" and z_viol > 1e-9:
                     lbg[sl] += 1.5 * z_viol + 1e-4
+                if kind == "col" and c_pair[label] > 1e-9:     # that pair's rows only,
+                    # never above what the start pose (t = 0 of every period) itself allows
+                    room = max(0.0, c_start[label] - problem.collision_margin - 1e-3)
+                    lbg[sl] = np.minimum(lbg[sl] + 1.5 * c_pair[label] + 1e-4,
+                                         nlp_k.lbg[sl] + room)
+                if kind == "tau" and t_viol[j] > 1e-9:          # that joint's rows only
+                    lbg[sl] += 1.5 * t_viol[j] + 1e-4
             x0 = xs
+        if not ok and np.all(np.isfinite(xs)) and (caps is not None or
+                                                   problem.torque_limit is not None):
+            # IPOPT can end infeasible on the nonconvex clearance / torque rows: shrink the
+            # motion towards the start pose (which is feasible) until every constraint holds
+            # on the grid and the dense grid; a feasible, if less exciting, trajectory
+            xf = _shrink_feasible(nlp_k, xs, lbg, q_start, free, H, wf, names, lim, n_check)
+            if xf is not None:
+                xs, ok, text = xf, True, None
+                tr = _to_trajectory(xs, q_start, free, H, wf, names)
         return {"ok": ok, "x": xs, "tr": tr, "text": text, "lbg": lbg, "time_s": dt, "eval_s": t_ev,
                 "iterations": iters, "status": st.get("return_status", "?"),
                 "objective": float(sol["f"])}
 
     for s in range(int(n_starts)):
         rng = np.random.default_rng([int(seed), s])
-        x0 = _to_x(_initial_guess(model, problem, rng, lim), free)
-        r1 = solve(nlp, x0, nlp.lbg.copy(), screen=coarse == 1)
-        cond = cond_check(r1["tr"]) if r1["ok"] else np.inf
+        x0 = _to_x(_initial_guess(model, problem, rng, lim, caps), free)
+        # clearance rows are screened in both stages (most pairs stay far apart)
+        r1 = solve(nlp, x0, nlp.lbg.copy(), screen=coarse == 1 or caps is not None)
+        cond = score(r1["tr"]) if r1["ok"] else np.inf
         entry = {"start": s, "status": r1["status"], "iterations": r1["iterations"],
                  "time_s": r1["time_s"], "eval_time_s": r1["eval_s"], "objective": r1["objective"],
                  "cond": float(cond)}
         out = r1
         if r1["ok"] and nlp2 is not None:
             lbg2 = nlp2.lbg.copy()
-            for _, _, sl, kind in nlp2.groups:
+            raised = {(lab, j): float(np.max(r1["lbg"][sl] - nlp.lbg[sl])) for lab, j, sl, kind
+                      in nlp.groups if kind in ("col", "tau") and sl.stop > sl.start}
+            for lab, j, sl, kind in nlp2.groups:
                 if kind == "z":
                     lbg2[sl] += z_raised(nlp, r1["lbg"])
+                elif kind in ("col", "tau"):   # each pair / joint keeps stage 1's raise
+                    lbg2[sl] += raised.get((lab, j), 0.0)
             r2 = solve(nlp2, r1["x"], lbg2)
-            c2 = cond_check(r2["tr"]) if r2["ok"] else np.inf
+            c2 = score(r2["tr"]) if r2["ok"] else np.inf
             entry.update(polish_status=r2["status"], polish_iterations=r2["iterations"],
                          polish_time_s=r2["time_s"], polish_cond=float(c2))
             entry["time_s"] += r2["time_s"]
@@ -303,25 +375,41 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         if not ok:
             worst_text = out["text"]
         entry.update(feasible=bool(ok), cond=float(cond))
+        if problem.objective != "cond":      # `cond` held the criterion: keep both
+            entry.update(criterion=float(cond),
+                         cond=float(cond_check(out["tr"])) if ok else float("inf"))
         starts.append(entry)
         if progress:
             from identify.common.progress import message
-            message(f"excitation start {s + 1}/{n_starts}: {entry['status']}, "
+            message(f"excitation start {s + 1}/{n_starts}: "
+                    f"{ipopt_status_text(entry['status'], r1['ok'], problem.max_iter)}, "
                     f"{entry['iterations']} it" +
                     (f" + polish {entry['polish_iterations']} it" if "polish_iterations" in entry
-                     else "") + f", {entry['time_s']:.1f} s, cond {cond:.2f}")
+                     else "") + f", {entry['time_s']:.1f} s, cond {entry['cond']:.2f}")
         if ok and (best is None or cond < best[0]):
             best = (cond, out["tr"], out["objective"])
     if best is None:
         raise ExcitationInfeasible(
             f"no feasible excitation trajectory found in {n_starts} start(s) "
-            f"(IPOPT: {starts[-1]['status']}); worst violated constraint: {worst_text}")
-    cond, tr, fval = best
+            f"(IPOPT: {ipopt_status_text(starts[-1]['status'], False, problem.max_iter)}); "
+            f"worst violated constraint: {worst_text}")
+    _, tr, fval = best
+    cond = float(cond_check(tr))
     cond_grid = trajectory_cond(model, tr, bp, terms, N)
     ratios = limit_ratios(tr, lim, n_check)
     meta = {"cond_W_base": cond, "cond_W_base_grid": cond_grid, "n_base": int(len(bp.independent)),
             "seed": int(seed), "n_starts": int(n_starts), "problem": problem.to_dict(),
             "limits_used": _plain(lim), "solver_time_s": solver_time}
+    if caps is not None:    # what the backends' clearance check must hold (identify.backend.clearance)
+        meta["collision"] = {"margin_m": float(problem.collision_margin),
+                             "obstacles": [o.to_dict() for o in caps.obstacles],
+                             "ignored_pairs": list(caps.ignored),
+                             "min_distance_m": float(caps.distances(
+                                 tr.evaluate(np.arange(n_check) * (tr.period / n_check))[0]).min())}
+    if problem.torque_limit is not None:
+        from .torque import torque_ratio
+        tq = tr.evaluate(np.arange(n_check) * (tr.period / n_check))
+        meta["torque_ratio_max"] = torque_ratio(model, problem.torque_limit, *tq).max(0).tolist()
     tr = FourierTrajectory(tr.q0, tr.a, tr.b, tr.wf, 1, tuple(names), meta)
     res = ExcitationResult(
         trajectory=tr, cond=cond, cond_grid=cond_grid, objective=fval, solver_time_s=solver_time,
@@ -334,19 +422,83 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
     return res
 
 
-def _initial_guess(model, problem, rng, lim) -> FourierTrajectory:
+def _initial_guess(model, problem, rng, lim, caps=None) -> FourierTrajectory:
     """Random trajectory using 70 % of the linear limits, shrunk towards the start pose until it
-    also clears the table (the start pose does, see check_problem), so IPOPT starts feasible."""
+    also clears the table, keeps the collision margin (the start pose does: check_problem, and
+    pairs overlapping there are not checked) and the motor-torque limit (if the start pose's
+    static torque is within it), so IPOPT starts feasible."""
     N = problem.n_grid
     tr = random_trajectory(model, problem, rng, fill=0.7, limits=lim, n_check=N)
-    if lim.get("z_min") is None:
+    if lim.get("z_min") is None and caps is None and problem.torque_limit is None:
         return tr
     t = np.arange(N) * (tr.period / N)
     for _ in range(30):
-        if model.link_origins(tr.evaluate(t)[0])[:, 1:, 2].min() >= lim["z_min"] + 1e-3:
+        q = tr.evaluate(t)[0]
+        ok = (lim.get("z_min") is None
+              or model.link_origins(q)[:, 1:, 2].min() >= lim["z_min"] + 1e-3)
+        if ok and caps is not None:
+            ok = caps.distances(q).min() >= problem.collision_margin + 1e-3
+        if ok and problem.torque_limit is not None:
+            from .torque import torque_ratio
+            _, qd, qdd = tr.evaluate(t)
+            ok = torque_ratio(model, problem.torque_limit, q, qd, qdd).max() <= 0.95
+        if ok:
             break
         tr = FourierTrajectory(tr.q0, 0.6 * tr.a, 0.6 * tr.b, tr.wf, 1, tr.joint_names)
     return tr
+
+
+def _collision_violation(caps, tr, n_check: int, margin):
+    """(how far [m] the closest capsule pair of `tr` on the dense grid is inside the margin, 0
+    when it holds; sentence naming the pair and time; {"clearance <pair>": violation [m]})."""
+    if caps is None:
+        return 0.0, "", {}
+    t = np.arange(n_check) * (tr.period / n_check)
+    D = caps.distances(tr.evaluate(t)[0])
+    if D.size == 0:
+        return 0.0, "", {}
+    labels = caps.pair_labels()
+    per = {f"clearance {l}": max(0.0, float(margin) - float(d)) for l, d in zip(labels, D.min(0))}
+    k, p = np.unravel_index(int(np.argmin(D)), D.shape)
+    v = max(0.0, float(margin) - float(D[k, p]))
+    return v, (f"clearance {labels[p]} between grid samples (t = {t[k]:.3f} s, "
+               f"{1e3 * D[k, p]:.1f} mm, margin {1e3 * margin:.1f} mm)"), per
+
+
+def _torque_violation(model, problem, tr, n_check: int) -> np.ndarray:
+    """(n,) how far the exact motor-torque bound / tau_max of `tr` exceeds 1 on the dense grid
+    (0 where it holds, or without a torque limit)."""
+    if problem.torque_limit is None:
+        return np.zeros(model.n)
+    from .torque import torque_ratio
+    t = np.arange(n_check) * (tr.period / n_check)
+    return np.maximum(0.0, torque_ratio(model, problem.torque_limit, *tr.evaluate(t)).max(0) - 1.0)
+
+
+def _score_function(model, problem, bp, cond_check, information0):
+    """Function trajectory -> the figure that ranks starts (lower is better) on the dense grid:
+    cond(W_base) for "cond"; -log det F for "d_optimal"; tr(S F^-1 S) for "a_optimal"."""
+    if problem.objective == "cond":
+        return cond_check
+    from .information import noise_vector, prior_scale, weighted_information
+    sig = noise_vector(problem.noise_std, model.n)
+    sc = prior_scale(problem.theta_prior)
+    s2 = np.ones(len(bp.independent)) if sc is None else 1.0 / sc ** 2
+    N = cond_check.n_samples
+    fscale = float(problem.run_samples) / N if problem.run_samples else problem.n_grid / N
+
+    def score(tr):
+        t = np.arange(N) * (tr.period / N)
+        F = weighted_information(cond_check.W(*tr.evaluate(t)), sig) * fscale
+        if information0 is not None:
+            F = F + information0
+        sign, ld = np.linalg.slogdet(F)
+        if sign <= 0:
+            return np.inf
+        if problem.objective == "d_optimal":
+            return -ld / F.shape[0]
+        return float(np.sum(s2 * np.diag(np.linalg.inv(F))))
+    return score
 
 
 def _enforce_dense(model, tr: FourierTrajectory, lim: dict, n_check: int):
@@ -391,3 +543,25 @@ def validation_trajectory(model, problem: ExcitationProblem | None = None, *, se
     pv = replace(problem, harmonics=Hv, wf=problem.wf if wf is None else float(wf))
     return optimize_excitation(model, pv, seed=seed, n_starts=n_starts, cache_dir=cache_dir,
                                progress=progress, bp=bp)
+
+
+#: IPOPT return statuses in words (identify.excitation.optimizer messages)
+_IPOPT_WORDS = {
+    "Solve_Succeeded": "solved",
+    "Solved_To_Acceptable_Level": "solved to the acceptable tolerance",
+    "Infeasible_Problem_Detected": "IPOPT found the constraints infeasible",
+    "Restoration_Failed": "IPOPT could not restore feasibility",
+    "Maximum_CpuTime_Exceeded": "stopped at the time limit",
+    "Invalid_Number_Detected": "IPOPT met NaN/inf in the problem functions",
+}
+
+
+def ipopt_status_text(status: str, feasible: bool, max_iter: int | None = None) -> str:
+    """An IPOPT return status in words. ``Maximum_Iterations_Exceeded`` is not a failure when the
+    iterate is feasible: the optimizer stopped at max_iter with a usable trajectory (only its
+    conditioning might have improved further)."""
+    if status == "Maximum_Iterations_Exceeded":
+        it = f" ({max_iter})" if max_iter else ""
+        return (f"optimizer stopped at max_iter{it} with a feasible trajectory" if feasible else
+                f"optimizer stopped at max_iter{it} without a feasible trajectory")
+    return _IPOPT_WORDS.get(status, f"IPOPT status {status}")

@@ -9,7 +9,7 @@ import numpy as np
 from .fourier import FourierTrajectory, _plain
 
 
-CACHE_VERSION = 3  # bump when the optimizer changes in a way that changes results
+CACHE_VERSION = 4  # bump when the optimizer changes in a way that changes results
 
 
 class ExcitationInfeasible(ValueError):
@@ -60,6 +60,28 @@ class ExcitationProblem:
             (used when N / screen_stride >= 2H + 1). None: all rows in both stages.
             Only problems with at least screen_min_rows linear limit rows (3 n N) are screened:
             below that IPOPT's linear algebra is cheap and the full problem is solved.
+        objective: "cond" (the smooth surrogate of cond(W_base) above, SI units), "d_optimal"
+            (maximise log det of the Fisher information with the per-joint noise `noise_std`)
+            or "a_optimal" (minimise the sum of squared predicted relative std of the base
+            parameters, columns scaled by `theta_prior`); see identify.excitation.information.
+        noise_std: per-joint torque noise std [N*m] (one number or (n,)) of the noise model.
+        theta_prior: (p,) prior base parameter values (A-optimal scaling, relative std in the
+            report); None: from the model's inertial parameters (friction columns unscaled).
+        run_samples: samples the trajectory will be recorded with (rate x duration x periods);
+            scales the grid's information to a run's when information already held is added.
+        collision_margin: every checked capsule pair (non-adjacent links; links and obstacles,
+            identify.model.collision) stays at least this far apart [m] on the grid; None: no
+            collision constraints. Needs the model's URDF (model.source).
+        obstacles: declared obstacles (plain dicts, identify.model.collision.parse_obstacles).
+        link_tubes: add the capsules between consecutive joint origins (the link structure).
+        collision_screen: capsule rows whose distance exceeds the margin by more than this [m]
+            at the current point are left out of IPOPT's problem (added back when they come
+            close, as for the limit rows).
+        torque_limit: None, or the motor-torque constraint (predicted motor torque of the prior
+            model + payload + friction + rotor inertia + reducer loss, with margins, within the
+            drives' limits; identify.excitation.torque): dict with (n,) lists f_mc, f_mv, f_lc,
+            f_lv [N*m, N*m*s/rad], xi [-], J_r [kg*m^2], tau_max [N*m], payload (10,) standard
+            parameters on the last link or None, margin_frac, margin_coulomb.
     """
 
     harmonics: int = 5
@@ -83,6 +105,15 @@ class ExcitationProblem:
     screen_stride: int | None = 8
     screen_threshold: float = 0.5
     screen_min_rows: int = 1000
+    objective: str = "cond"
+    noise_std: float | tuple = 1.0
+    theta_prior: tuple | None = None
+    run_samples: int | None = None
+    collision_margin: float | None = 0.02
+    obstacles: tuple = ()
+    link_tubes: bool = True
+    collision_screen: float = 0.03
+    torque_limit: dict | None = None
 
     @property
     def period(self) -> float:
@@ -256,6 +287,7 @@ def check_problem(model, problem: ExcitationProblem) -> None:
                 raise ExcitationInfeasible(
                     f"workspace constraint z >= z_min = {z_min:g} m fails at the start pose: the "
                     f"origin of the frame of {names[j]} is at z = {z[j]:.4f} m")
+    _check_design_settings(model, problem)
     vmin = _rms_bounds(model, problem)
     if vmin is not None:
         T = problem.period
@@ -275,3 +307,43 @@ def check_problem(model, problem: ExcitationProblem) -> None:
                     raise ExcitationInfeasible(
                         f"amplitude impossible for {names[i]}: min_rms_velocity {vmin[i]:.4g} rad/s "
                         f"exceeds the most its {what} allows, {cap:.4g} rad/s (period {T:.3g} s)")
+
+
+OBJECTIVES = ("cond", "d_optimal", "a_optimal")
+
+
+def _check_design_settings(model, problem: ExcitationProblem) -> None:
+    """Objective, noise model, collision and torque settings (ValueError naming the setting)."""
+    from identify.model.collision import parse_obstacles
+    if problem.objective not in OBJECTIVES:
+        raise ValueError(f"ExcitationProblem.objective must be one of {list(OBJECTIVES)}, got "
+                         f"{problem.objective!r}")
+    if problem.objective != "cond" and problem.hessian == "exact":
+        raise ValueError(f"ExcitationProblem.objective {problem.objective!r} needs "
+                         f"hessian='limited-memory' (its exact gradient is the fast path)")
+    try:
+        noise = np.broadcast_to(np.asarray(problem.noise_std, float), (model.n,))
+    except ValueError:
+        noise = np.full(model.n, np.nan)
+    if not np.all(np.isfinite(noise) & (noise > 0)):
+        raise ValueError(f"ExcitationProblem.noise_std must be one number or {model.n} numbers, "
+                         f"finite and > 0 [N*m], got {problem.noise_std!r}")
+    if problem.hessian == "exact" and (problem.collision_margin is not None
+                                       or problem.torque_limit is not None):
+        raise ValueError("ExcitationProblem hessian='exact' supports only the limit, table and "
+                         "RMS constraints: set collision_margin None and torque_limit None, or "
+                         "use hessian='limited-memory'")
+    if problem.collision_margin is not None:
+        m = problem.collision_margin
+        if not (np.isfinite(m) and m >= 0):
+            raise ValueError(f"ExcitationProblem.collision_margin must be >= 0 [m] or None, got {m!r}")
+        if not model.source:
+            raise ValueError("collision constraints need the arm's URDF (RobotModel.source is "
+                             "empty); set collision_margin None to optimize without them")
+    parse_obstacles(problem.obstacles, "obstacles")
+    if problem.obstacles and problem.collision_margin is None:
+        raise ValueError("obstacles are declared but collision_margin is None (no collision "
+                         "constraints): set a margin [m]")
+    if problem.torque_limit is not None:
+        from .torque import check_torque_limit
+        check_torque_limit(model, problem.torque_limit)

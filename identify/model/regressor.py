@@ -18,15 +18,20 @@ The expression graph is built once per model; numerical evaluation over N sample
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
 import casadi as ca
 import numpy as np
+
+from identify.common import progress
+from identify.common.fileio import atomic_write_text, usable_cache
 
 from .spatial import axis_rotation
 
@@ -121,24 +126,65 @@ def build_link_origins(placements: np.ndarray, axes: np.ndarray) -> ca.Function:
     return ca.Function("origins", [q], [ca.horzcat(*cols)], ["q"], ["p"])
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("TWINID_CACHE", Path.home() / ".cache" / "twinid")) / "codegen"
+def _cache_dir() -> Path | None:
+    """The code-generation cache (``<cache root>/codegen``), or None when it cannot be written
+    (then the model runs in CasADi's virtual machine; one warning)."""
+    return usable_cache("codegen", "the model is evaluated in CasADi's virtual machine "
+                                   "(about 20x slower) and not compiled to C")
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verified(so: Path) -> bool:
+    """True when the compiled library matches the size and SHA-256 recorded at build time
+    (``<so>.json``). A truncated or corrupted library is never handed to dlopen (it would crash
+    the process with SIGBUS); a wrong one is removed so it gets rebuilt."""
+    manifest = so.with_suffix(".json")
+    try:
+        rec = json.loads(manifest.read_text())
+        ok = (so.stat().st_size == int(rec["size"]) and _digest(so) == rec["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        for p in (so, manifest):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+    return ok
+
+
+_announced = {"compile": False}
 
 
 def compile_function(f: ca.Function) -> ca.Function:
     """The same Function as generated C compiled with the system C compiler (cached on disk,
-    keyed by the function's serialized graph). Falls back to CasADi's virtual machine -- with a
-    warning naming the function -- when no compiler is available or compiling fails."""
+    keyed by the function's serialized graph, verified by size and SHA-256 before loading).
+    Falls back to CasADi's virtual machine -- with a warning naming the function -- when no
+    compiler is available, compiling fails or the cache folder cannot be written."""
     key = hashlib.sha256(f.serialize().encode()).hexdigest()[:20]
     folder = _cache_dir()
+    if folder is None:
+        return f
     so = folder / f"{f.name()}_{key}.so"
-    if not so.exists():
+    if not (so.exists() and _verified(so)):
         cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
         if cc is None or shutil.which(cc) is None:
             warnings.warn(f"no C compiler found{f' (CC={cc!r})' if cc else ''}: evaluating CasADi "
                           f"function {f.name()!r} in the virtual machine (about 20x slower)",
                           RuntimeWarning, stacklevel=2)
             return f
+        if not _announced["compile"]:
+            _announced["compile"] = True
+            progress.message(f"compiling the arm model to C (once per model and machine; cached "
+                             f"in {folder}) ...")
+        t0 = time.perf_counter()
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
             src = f"{f.name()}_{key}.c"
@@ -156,7 +202,12 @@ def compile_function(f: ca.Function) -> ca.Function:
                 warnings.warn(f"compiling CasADi function {f.name()!r} with {cc} failed ({err}); "
                               f"using the virtual machine", RuntimeWarning, stacklevel=2)
                 return f
-            os.replace(tmp_so, so)  # atomic: concurrent processes never load a partial file
+            rec = {"size": tmp_so.stat().st_size, "sha256": _digest(tmp_so), "function": f.name()}
+            # the manifest first, then the library: both atomic, so a reader sees either no
+            # library or one whose record is already there
+            atomic_write_text(so.with_suffix(".json"), json.dumps(rec))
+            os.replace(tmp_so, so)
+        progress.message(f"   compiled {f.name()!r} to C in {time.perf_counter() - t0:.1f} s")
     return ca.external(f.name(), str(so))
 
 

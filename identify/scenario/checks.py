@@ -136,6 +136,95 @@ def _check_cutoff(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
                              f"the {float(rate):g} Hz signal" + (f" decimated by {dec}" if dec > 1 else ""))
 
 
+def _urdf_joints(scn: Scenario, ctx: _Ctx) -> list[str] | None:
+    from identify.model.urdf import URDFError, load_chain
+    try:
+        return list(load_chain(scn.arm.urdf).joint_names)
+    except (URDFError, OSError) as exc:
+        raise ctx.error(("arm", "urdf"), str(exc)) from None
+    except Exception:  # noqa: BLE001 -- other URDF problems are reported when the model is built
+        return None
+
+
+def _check_files_match_urdf(scn: Scenario, ctx: _Ctx) -> None:
+    """arm.drives and arm.description must name every moving joint of the URDF (or of
+    arm.joints): a file written for another arm is refused here, at load -- not after the
+    optimizer, nor by silently taking infinite acceleration limits."""
+    if scn.arm.drives is None and scn.arm.description is None:
+        return
+    urdf = _urdf_joints(scn, ctx)
+    if urdf is None:
+        return
+    need = list(scn.arm.joints) if scn.arm.joints else urdf
+    files = []
+    if scn.arm.drives is not None:
+        from identify.model.drives import DriveFileError, read_drive_file
+        try:
+            names = list(read_drive_file(scn.arm.drives))
+        except (DriveFileError, OSError) as exc:
+            raise ctx.error(("arm", "drives"), str(exc)) from None
+        files.append((("arm", "drives"), scn.arm.drives, names))
+    if scn.arm.description is not None:
+        try:
+            doc = yaml.safe_load(scn.arm.description.read_text())
+            names = [str(r["joint"]) for r in doc["mdh"]]
+        except Exception as exc:  # noqa: BLE001 -- any unreadable description
+            raise ctx.error(("arm", "description"), f"cannot read the arm description "
+                            f"{scn.arm.description}: {exc}") from None
+        files.append((("arm", "description"), scn.arm.description, names))
+    for key, path, names in files:
+        missing = [j for j in need if j not in names]
+        if missing:
+            raise ctx.error(key, f"{path.name} does not match the URDF {scn.arm.urdf.name}: it "
+                                 f"has joints {names}, the URDF's moving joints are {urdf} "
+                                 f"(missing: {missing})")
+        if not scn.arm.joints and len(names) != len(urdf):
+            raise ctx.error(key, f"{path.name} does not match the URDF {scn.arm.urdf.name}: "
+                                 f"{len(names)} joints {names}, the URDF has {len(urdf)} moving "
+                                 f"joints {urdf}")
+
+
+def _check_min_period(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
+    """An optimized trajectory's period must hold the optimizer's grid at the recording rate
+    (period >= grid / rate) and its highest harmonic must pass the processing low-pass
+    (period >= harmonics / cutoff); a shorter one yields a degenerate trajectory."""
+    proc = scn.processing or {}
+    fc = proc.get("butter_cutoff_hz", 10.0)
+    fc = float(fc) if isinstance(fc, (int, float)) and not isinstance(fc, bool) and fc else None
+    for which in ("excitation", "validation"):
+        t: TrajectorySpec = getattr(scn.trajectories, which)
+        if t.source != "optimize":
+            continue
+        need, why = 0.0, []
+        if rate_hz:
+            need = t.grid / float(rate_hz)
+            why.append(f"{t.grid} grid points at {float(rate_hz):g} Hz")
+        if fc:
+            p2 = t.harmonics / fc
+            why.append(f"{t.harmonics} harmonics below the {fc:g} Hz low-pass cut-off")
+            need = max(need, p2)
+        if t.period_s < need:
+            raise ctx.error(("trajectories", which, "period_s"),
+                            f"{t.period_s:g} s is too short: the smallest period for "
+                            f"{' and '.join(why)} is {need:g} s")
+
+
+def _check_obstacles(scn: Scenario, ctx: _Ctx) -> None:
+    """trajectories.*.obstacles parse (identify.model.collision); error at the entry's line."""
+    from identify.model.collision import parse_obstacles
+    for which in ("excitation", "validation"):
+        obs = getattr(scn.trajectories, which).obstacles
+        try:
+            parse_obstacles(obs)
+        except ValueError as exc:
+            msg = str(exc)
+            i = int(msg.split("[", 1)[1].split("]", 1)[0]) if msg.startswith("obstacles[") else None
+            key = ("trajectories", which, "obstacles") + ((i,) if i is not None else ())
+            if i is not None:
+                msg = msg[len(f"obstacles[{i}]"):].lstrip(":. ")
+            raise ctx.error(key, msg) from None
+
+
 def _check_control(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
     """closed_loop: / payload: sections (identify.control) against the arm's files."""
     cl = scn.closed_loop
@@ -172,6 +261,8 @@ def _check_control(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
 def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
     _check_payload(scn, ctx)
     _check_arm_joints(scn, ctx)
+    _check_files_match_urdf(scn, ctx)
+    _check_obstacles(scn, ctx)
     n = _drive_joint_count(scn, ctx)
     if scn.arm.joints is not None:
         n = len(scn.arm.joints)
@@ -220,6 +311,9 @@ def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
             scn.twin.get("sample_rate_hz")
         if scn.fit.excitation is None and scn.fit.validation is None:   # twin runs only: logs
             _check_cutoff(scn, ctx, rate)                                # have their own rate
+            _check_min_period(scn, ctx, rate)
+    elif scn.fit.excitation is None and scn.fit.validation is None:
+        _check_min_period(scn, ctx, None)
     for ls in (scn.fit.excitation, scn.fit.validation):
         if ls is not None and ls.rate_hz is not None:
             _check_cutoff(scn, ctx, ls.rate_hz)

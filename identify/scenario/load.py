@@ -5,19 +5,49 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 import yaml
+from identify.common.fileio import regular_file_problem
 from .spec import Scenario, ScenarioError, _hints
 from .checks import _Ctx, _closest, _cross_checks, _dotted, _tname
 
 
+#: largest scenario file read [bytes]; a scenario is a page of keys
+MAX_FILE_BYTES = 1024 * 1024
+#: most key paths a scenario may expand to (YAML aliases can make a tiny file expand to
+#: billions of nodes: the "billion laughs" bomb)
+MAX_NODES = 100_000
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads YAML 1.2 floats: ``1e9``, ``1.0e9``, ``2E-3`` (YAML 1.1 needs a
+    dot and a signed exponent, ``1.0e+9``, and reads the others as strings)."""
+
+
+_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in
+                                   yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+NUMBER_RE = re.compile(r"^\s*[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\s*$")
+
+
 def _node_lines(node, path=(), out=None, ctx_file="") -> dict[tuple, int]:
-    """Map key path -> 1-based line, from a composed YAML node tree; refuse duplicate keys."""
+    """Map key path -> 1-based line, from a composed YAML node tree; refuse duplicate keys and
+    documents expanding (through aliases) to more than MAX_NODES key paths."""
     if out is None:
         out = {(): node.start_mark.line + 1}
+    if len(out) > MAX_NODES:
+        raise ScenarioError(ctx_file, node.start_mark.line + 1, _dotted(path),
+                            f"the document expands to more than {MAX_NODES:,} entries (YAML "
+                            f"aliases / anchors nested too deep?); a scenario is refused beyond "
+                            f"that")
     if isinstance(node, yaml.MappingNode):
         seen = {}
         for k, v in node.value:
@@ -40,15 +70,22 @@ def load_scenario(path: str | os.PathLike) -> Scenario:
     """Read and validate a scenario file. Raises ScenarioError (one line) on any problem."""
     path = Path(path)
     fname = str(path)
-    if not path.is_file():
-        raise ScenarioError(fname, None, "", "scenario file not found")
+    prob = regular_file_problem(path)
+    if prob is not None:
+        raise ScenarioError(fname, None, "", "scenario file not found" if prob == "not found"
+                            else f"the scenario {prob}")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise ScenarioError(fname, None, "", f"the file has {path.stat().st_size:,} bytes; a "
+                            f"scenario is at most {MAX_FILE_BYTES:,} bytes")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(fname, None, "", f"cannot read the file ({exc})") from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=_Loader)
+        if node is not None:
+            lines = _node_lines(node, ctx_file=fname)      # before constructing: bombs stop here
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 -- _Loader is a SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -62,7 +99,6 @@ def load_scenario(path: str | os.PathLike) -> Scenario:
         raise ScenarioError(fname, None, "", f"YAML error: {exc}") from None
     if node is None or data is None:
         raise ScenarioError(fname, 1, "", "the scenario is empty")
-    lines = _node_lines(node, ctx_file=fname)
     return scenario_from_dict(data, file=fname, base=path.resolve().parent, lines=lines)
 
 
@@ -142,6 +178,8 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
         _check_range(value, path, ctx, meta)
         return value
     if tp is float:
+        if isinstance(value, str) and NUMBER_RE.match(value):
+            value = float(value)       # a quoted number, e.g. "1.0e9"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ctx.error(path, f"must be a number, got {_tname(value)} {value!r}")
         value = float(value)
@@ -161,10 +199,12 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
             p = (Path.cwd() if meta.get("cwd") else ctx.base) / p
         p = Path(os.path.normpath(p))
         if meta.get("file"):
-            if not p.exists():
+            prob = regular_file_problem(p)
+            if prob == "not found":
                 raise ctx.error(path, f"file not found: {value} (looked at {p})")
-            if not p.is_file():
-                raise ctx.error(path, f"not a file: {value} (looked at {p})")
+            if prob is not None:
+                raise ctx.error(path, f"{value} {prob}" + ("" if str(p) == value else
+                                                          f" (looked at {p})"))
         if meta.get("exists") and not p.exists():
             raise ctx.error(path, f"not found: {value} (looked at {p})")
         return p

@@ -89,6 +89,20 @@ class TrajectorySpec:
     z_min_m: Optional[float] = _f(None, doc="table plane: every link origin stays above z [m]")
     max_iter: int = _f(300, min=1, max=100000, doc="IPOPT iterations per start")
     cache: bool = _f(True, doc="reuse a cached optimization result with the same inputs")
+    objective: Literal["cond", "d_optimal", "a_optimal"] = _f(
+        "cond", doc="cond | d_optimal (log det of the information: lower predicted parameter "
+                    "std, faster with collision constraints) | a_optimal (sum of squared "
+                    "relative std); see docs/excitation.md")
+    collision_margin_m: Optional[float] = _f(
+        0.02, min=0.0, max=1.0, doc="self-collision / obstacle clearance kept by the optimizer and "
+                                    "checked by the backends [m] (null: no collision constraints)")
+    obstacles: tuple[dict, ...] = _f(
+        (), doc="obstacles to clear: {type: plane, normal: [x,y,z], point_m: [x,y,z]} | "
+                "{type: box, center_m: [x,y,z], size_m: [x,y,z]} (optional name)")
+    torque_limit: Literal["auto", "on", "off"] = _f(
+        "auto", doc="predicted motor torque (prior model, payload, friction, rotor inertia, "
+                    "reducer loss, the hardware's margins) within the drives' limits as a "
+                    "constraint; auto: on for backend hardware")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,188 @@
+"""The collision check every backend runs before it moves anything: PyBullet's
+``getClosestPoints`` on the URDF's own collision shapes, independent of the capsules the
+optimizer used (identify.model.collision).
+
+Checked on a grid 10x denser than the optimizer's (``meta['problem']['n_grid']`` of an optimized
+trajectory, else 2000 samples per period): every pair of non-adjacent links (bodies merged over
+fixed joints; adjacent = parent and child) and every link of a moving body (the second one on)
+against the obstacles declared with the trajectory (``meta['collision']``: ``obstacles``,
+``margin_m``). A pair closer than the margin at the trajectory's start pose is an overlap of
+the model's geometry (the arm stands there) and is left out, as in the optimizer.
+
+    report = check_clearance(urdf, joint_names, trajectory)       # raises CollisionRefused
+    report.min_distance  # (N,) smallest distance over all checked pairs [m]; report.t (N,) [s]
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from identify.model.collision import parse_obstacles
+
+
+class CollisionRefused(ValueError):
+    """A trajectory comes closer than the margin to the arm itself or an obstacle (message names
+    the pair and the time). A ValueError: backends refuse a trajectory with it."""
+
+
+@dataclass
+class ClearanceReport:
+    """t (N,) [s]; min_distance (N,) [m] over all checked pairs; worst pair label and its time;
+    margin [m]; pairs checked; ignored pair labels (overlapping at the start pose); labels and
+    distances (N, P) of every checked pair (getClosestPoints reports pairs within margin + 0.1 m
+    only: farther ones read margin + 0.1 m)."""
+    t: np.ndarray
+    min_distance: np.ndarray
+    worst_pair: str
+    worst_time: float
+    margin: float
+    n_pairs: int
+    ignored: list = field(default_factory=list)
+    labels: list = field(default_factory=list)       # (P,) checked pairs
+    distances: np.ndarray | None = None              # (N, P) [m], capped at margin + 0.1 m
+
+
+def trajectory_collision_settings(trajectory) -> tuple[tuple, float, int]:
+    """(obstacles, margin [m], samples per period) declared by an optimized trajectory's meta."""
+    meta = getattr(trajectory, "meta", None) or {}
+    col = meta.get("collision") or {}
+    prob = meta.get("problem") or {}
+    n_grid = int(prob.get("n_grid", 200))
+    return tuple(col.get("obstacles") or ()), float(col.get("margin_m", 0.0)), 10 * n_grid
+
+
+class _World:
+    """A PyBullet DIRECT client with the arm (fixed base) and the obstacles."""
+
+    def __init__(self, urdf, obstacles):
+        import pybullet as pb
+        self.pb = pb
+        self.cid = pb.connect(pb.DIRECT)
+        self.arm = pb.loadURDF(str(urdf), useFixedBase=True, physicsClientId=self.cid)
+        nj = pb.getNumJoints(self.arm, physicsClientId=self.cid)
+        info = [pb.getJointInfo(self.arm, j, physicsClientId=self.cid) for j in range(nj)]
+        self.joint_index = {i[1].decode(): j for j, i in enumerate(info)}
+        self.link_names = {-1: pb.getBodyInfo(self.arm, physicsClientId=self.cid)[0].decode()}
+        self.link_names.update({j: i[12].decode() for j, i in enumerate(info)})
+        parent = {j: i[16] for j, i in enumerate(info)}
+        fixed = {j: i[2] == pb.JOINT_FIXED for j, i in enumerate(info)}
+        # body of each link: follow fixed joints up to the link a moving joint drives
+        body = {-1: -1}
+        for j in range(nj):
+            k = j
+            while fixed[k] and parent[k] != -1:
+                k = parent[k]
+            body[j] = -1 if fixed[k] and parent[k] == -1 else k
+        self.body = body
+        self.body_parent = {k: (body[parent[k]] if k != -1 else None) for k in set(body.values())}
+        self.geom_links = [l for l in [-1] + list(range(nj))
+                           if pb.getCollisionShapeData(self.arm, l, physicsClientId=self.cid)]
+        self.obstacles = []
+        for ob in obstacles:
+            if ob.kind == "plane":
+                # a thick slab below the plane: half-extent 50 m sideways, 1 m deep
+                z = np.array([0.0, 0.0, 1.0])
+                axis = np.cross(z, ob.normal)
+                s = np.linalg.norm(axis)
+                ang = math.atan2(s, float(z @ ob.normal))
+                quat = (pb.getQuaternionFromAxisAngle((axis / s).tolist(), ang) if s > 1e-12
+                        else ((0, 0, 0, 1) if ob.normal[2] > 0 else (1, 0, 0, 0)))
+                shape = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[50, 50, 1],
+                                                physicsClientId=self.cid)
+                pos = (ob.point - ob.normal * 1.0).tolist()
+            else:
+                shape = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=ob.half.tolist(),
+                                                physicsClientId=self.cid)
+                pos, quat = ob.center.tolist(), (0, 0, 0, 1)
+            bid = pb.createMultiBody(0, shape, basePosition=pos, baseOrientation=quat,
+                                     physicsClientId=self.cid)
+            self.obstacles.append((bid, ob.name))
+
+    def adjacent(self, a: int, b: int) -> bool:
+        ba, bb = self.body[a], self.body[b]
+        return ba == bb or self.body_parent.get(ba) == bb or self.body_parent.get(bb) == ba
+
+    def close(self):
+        self.pb.disconnect(self.cid)
+
+
+def check_clearance(urdf, joint_names, trajectory=None, *, q=None, t=None, obstacles=None,
+                    margin: float | None = None, n_samples: int | None = None,
+                    tol: float = 1e-4, what: str = "trajectory") -> ClearanceReport:
+    """Check one period of `trajectory` (or samples q (N, len(joint_names)) at times t) for
+    collisions with PyBullet; joints of the URDF not in `joint_names` are held at 0.
+
+    obstacles, margin, n_samples default to the trajectory's declaration
+    (:func:`trajectory_collision_settings`). Raises :class:`CollisionRefused` naming the pair and
+    the time of the closest approach when any checked distance is below margin - tol [m]."""
+    obs_d, marg_d, ns_d = trajectory_collision_settings(trajectory)
+    obstacles = parse_obstacles(obs_d if obstacles is None else obstacles)
+    margin = marg_d if margin is None else float(margin)
+    if q is None:
+        N = int(n_samples or ns_d)
+        period = float(getattr(trajectory, "period", trajectory.duration))
+        t = np.arange(N) * (period / N)
+        q = np.asarray(trajectory.evaluate(t)[0], float)
+    q = np.atleast_2d(np.asarray(q, float))
+    t = np.arange(q.shape[0], dtype=float) if t is None else np.asarray(t, float)
+    w = _World(urdf, obstacles)
+    pb, cid, arm = w.pb, w.cid, w.arm
+    try:
+        missing = [j for j in joint_names if j not in w.joint_index]
+        if missing:
+            raise ValueError(f"{urdf}: joint(s) {missing} not in the URDF")
+        idx = [w.joint_index[j] for j in joint_names]
+        far = max(margin, 0.0) + 0.1   # getClosestPoints reports pairs within this distance only
+
+        def set_pose(qk):
+            for j, v in zip(idx, qk):
+                pb.resetJointState(arm, j, float(v), physicsClientId=cid)
+
+        def dist_self(a, b):
+            pts = pb.getClosestPoints(arm, arm, far, a, b, physicsClientId=cid)
+            return min((p[8] for p in pts), default=far)
+
+        def dist_obs(a, bid):
+            pts = pb.getClosestPoints(arm, bid, far, a, -1, physicsClientId=cid)
+            return min((p[8] for p in pts), default=far)
+
+        links = w.geom_links
+        pairs = [("self", a, b) for i, a in enumerate(links) for b in links[i + 1:]
+                 if not w.adjacent(a, b)]
+        # the base and the first moving body stand on the table: not checked against obstacles
+        first = sorted(v for v in set(w.body.values()) if v != -1)[:1]
+        pairs += [("obs", a, k) for a in links if w.body[a] not in [-1] + first
+                  for k in range(len(w.obstacles))]
+
+        def label(p):
+            kind, a, b = p
+            return (f"{w.link_names[a]} / {w.link_names[b]}" if kind == "self" else
+                    f"{w.link_names[a]} / obstacle {w.obstacles[b][1]!r}")
+
+        def dist(p):
+            kind, a, b = p
+            return dist_self(a, b) if kind == "self" else dist_obs(a, w.obstacles[b][0])
+
+        set_pose(q[0])
+        ignored = [label(p) for p in pairs if dist(p) < margin]
+        pairs = [p for p in pairs if label(p) not in ignored]
+        D = np.empty((q.shape[0], len(pairs)))
+        for k in range(q.shape[0]):
+            set_pose(q[k])
+            D[k] = [dist(p) for p in pairs]
+    finally:
+        w.close()
+    if not pairs:
+        return ClearanceReport(t, np.full(len(t), np.inf), "", 0.0, margin, 0, ignored)
+    k, p = np.unravel_index(int(np.argmin(D)), D.shape)
+    rep = ClearanceReport(t, D.min(1), label(pairs[p]), float(t[k]), margin, len(pairs), ignored,
+                          [label(x) for x in pairs], D)
+    if D[k, p] < margin - tol:
+        contact = "contact (penetration" if D[k, p] < 0 else "clearance below the margin ("
+        raise CollisionRefused(
+            f"{what} collides: {label(pairs[p])} at t = {t[k]:.3f} s (sample {k} of {len(t)}): "
+            f"{contact} distance {1e3 * D[k, p]:.1f} mm, margin {1e3 * margin:.1f} mm); "
+            f"nothing was run")
+    return rep

@@ -1,0 +1,248 @@
+"""Hostile but plausible inputs of a new user (issue 13): each row gives the command, the exit
+code and a fragment of the one-line message. Every row is refused (or answered) before any
+trajectory is optimized or the twin runs, so the whole table takes seconds; the pipeline's
+stages are replaced by a tripwire to prove it."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from identify.app import pipeline
+from identify.app.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSETS = ROOT / "assets"
+
+
+def _base() -> dict:
+    return {
+        "name": "hostile",
+        "arm": {"urdf": str(ASSETS / "cobot6.urdf"), "drives": str(ASSETS / "cobot6_drives.yaml"),
+                "description": str(ASSETS / "cobot6.yaml")},
+        "trajectories": {
+            "excitation": {"harmonics": 3, "period_s": 4.0, "grid": 40, "starts": 1,
+                           "max_iter": 60, "seed": 0},
+            "validation": {"harmonics": 2, "period_s": 4.0, "grid": 40, "starts": 1,
+                           "max_iter": 60, "seed": 1}},
+        "twin": {"sample_rate_hz": 100, "settle_s": 0.1},
+    }
+
+
+def _write(tmp: Path, d: dict, name: str = "s.yaml") -> str:
+    f = tmp / name
+    f.write_text(yaml.safe_dump(d, sort_keys=False))
+    return str(f)
+
+
+# -- the inputs: each builds (argv) in a temporary folder ----------------------------------------
+def period_3600(tmp):
+    d = _base()
+    d["trajectories"]["excitation"]["period_s"] = 3600.0
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def seeds_100000(tmp):
+    d = _base()
+    d["sweep"] = {"seeds": 100000}
+    return ["sweep", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def alias_bomb(tmp):
+    text = 'name: &a ["x","x","x","x","x","x","x","x","x"]\n'
+    prev = "a"
+    for k in "bcdefghij":
+        text += f"{k}: &{k} [" + ",".join([f"*{prev}"] * 9) + "]\n"
+        prev = k
+    f = tmp / "bomb.yaml"
+    f.write_text(text)
+    return ["run", str(f)]
+
+
+def no_drives_on_twin(tmp):
+    d = _base()
+    del d["arm"]["drives"]
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def drives_of_another_arm(tmp):
+    drv = yaml.safe_load((ASSETS / "cobot6_drives.yaml").read_text())
+    drv["joints"] = drv["joints"][:5]
+    (tmp / "drives5.yaml").write_text(yaml.safe_dump(drv))
+    d = _base()
+    d["arm"]["drives"] = str(tmp / "drives5.yaml")
+    return ["run", _write(tmp, d)]
+
+
+def description_of_another_arm(tmp):
+    desc = yaml.safe_load((ASSETS / "cobot6.yaml").read_text())
+    for i, r in enumerate(desc["mdh"]):
+        r["joint"] = f"axis{i}"
+    (tmp / "desc.yaml").write_text(yaml.safe_dump(desc))
+    d = _base()
+    d["arm"]["description"] = str(tmp / "desc.yaml")
+    return ["run", _write(tmp, d)]
+
+
+def rate_1e9_unquoted(tmp):
+    text = Path(_write(tmp, _base())).read_text()
+    assert "sample_rate_hz: 100" in text
+    (tmp / "s.yaml").write_text(text.replace("sample_rate_hz: 100", "sample_rate_hz: 1.0e9"))
+    return ["run", str(tmp / "s.yaml")]
+
+
+def period_1ms(tmp):
+    d = _base()
+    d["trajectories"]["excitation"]["period_s"] = 0.001
+    return ["run", _write(tmp, d)]
+
+
+def _traj_file(tmp, path):
+    d = _base()     # the validation trajectory: the excitation one must not be optimized first
+    d["trajectories"]["validation"] = {"source": "file", "file": str(path)}
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def trajectory_is_passwd(tmp):
+    (tmp / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    return _traj_file(tmp, tmp / "passwd")
+
+
+def trajectory_is_other_yaml(tmp):
+    (tmp / "t.yaml").write_text("just: some\nkeys: [1, 2]\n")
+    return _traj_file(tmp, tmp / "t.yaml")
+
+
+def trajectory_is_dev_zero(tmp):
+    return _traj_file(tmp, "/dev/zero")
+
+
+def _fit(tmp, log):
+    d = _base()
+    (tmp / "log.csv").write_text("0,0,0,0,0,0,0,1,1,1,1,1,1\n")
+    d["fit"] = {"excitation": {"file": str(tmp / "log.csv"), "format": "csv",
+                               "columns": {"time": 0, "q": [1, 2, 3, 4, 5, 6],
+                                           "tau_j": [7, 8, 9, 10, 11, 12]}}}
+    return ["fit", _write(tmp, d), "--log", str(log), "--out", str(tmp / "out")]
+
+
+def log_is_dev_zero(tmp):
+    return _fit(tmp, "/dev/zero")
+
+
+def log_is_fifo(tmp):
+    os.mkfifo(tmp / "pipe")
+    return _fit(tmp, tmp / "pipe")
+
+
+def log_is_directory(tmp):
+    (tmp / "logs").mkdir()
+    return _fit(tmp, tmp / "logs")
+
+
+def scenario_is_dev_zero(tmp):
+    return ["run", "/dev/zero"]
+
+
+def scenario_is_directory(tmp):
+    return ["run", str(tmp)]
+
+
+def out_not_empty(tmp):
+    (tmp / "out").mkdir()
+    (tmp / "out" / "metrics.json").write_text("{}")
+    return ["run", _write(tmp, _base()), "--out", str(tmp / "out")]
+
+
+def out_read_only(tmp):
+    # /sys refuses new entries even to root (permission bits alone would not stop root)
+    return ["run", _write(tmp, _base()), "--out", "/sys/twinid-hostile-out"]
+
+
+def out_below_a_file(tmp):
+    (tmp / "afile").write_text("x")
+    return ["run", _write(tmp, _base()), "--out", str(tmp / "afile" / "out")]
+
+
+def out_in_use(tmp):
+    import json
+    (tmp / "out").mkdir()
+    (tmp / "out" / ".twinid.lock").write_text(json.dumps(
+        {"pid": os.getpid(), "host": os.uname().nodename, "command": "run", "started": "now"}))
+    return ["run", _write(tmp, _base()), "--out", str(tmp / "out")]
+
+
+def version(tmp):
+    return ["--version"]
+
+
+def report_of_empty_folder(tmp):
+    return ["report", str(tmp)]
+
+
+CASES = [
+    # (input, exit code, fragment of the message)
+    (period_3600, 2, "pass --yes"),
+    (seeds_100000, 2, "900,000 runs"),
+    (alias_bomb, 2, "expands to more than"),
+    (no_drives_on_twin, 2, "arm.drives: backend: twin needs arm.drives"),
+    (drives_of_another_arm, 2, "arm.drives: drives5.yaml does not match the URDF"),
+    (description_of_another_arm, 2, "arm.description: desc.yaml does not match the URDF"),
+    (rate_1e9_unquoted, 2, "must divide the 1000 Hz control rate"),   # read as a number
+    (period_1ms, 2, "the smallest period for 40 grid points at 100 Hz and 3 harmonics"),
+    (trajectory_is_passwd, 2, "not a trajectory file"),
+    (trajectory_is_other_yaml, 2, "not a trajectory file"),
+    (trajectory_is_dev_zero, 2, "is a device, not a regular file"),
+    (log_is_dev_zero, 2, "the log is a device"),
+    (log_is_fifo, 2, "the log is a named pipe (FIFO)"),
+    (log_is_directory, 2, "the log is a directory"),
+    (scenario_is_dev_zero, 2, "the scenario is a device"),
+    (scenario_is_directory, 2, "the scenario is a directory"),
+    (out_not_empty, 2, "the folder is not empty (metrics.json); pass --force"),
+    (out_read_only, 2, "cannot write in /sys/twinid-hostile-out"),
+    (out_below_a_file, 2, "is a file, not a folder"),
+    (out_in_use, 2, "in use by another twinid command"),
+    (version, 0, "twinid 0."),
+    (report_of_empty_folder, 2, "nor a trajectory folder"),
+]
+
+
+@pytest.fixture
+def tripwire(monkeypatch):
+    """Any trajectory optimization, twin run or log read fails the test: the inputs above must
+    be refused before the work starts."""
+    def boom(*a, **k):
+        raise KeyboardInterrupt("work started before the input was refused")   # exit 130
+    from identify.app import sweep
+    from identify.app import trajectories as T
+    monkeypatch.setattr(T, "optimize_excitation", boom)
+    monkeypatch.setattr(pipeline, "record", boom)
+    monkeypatch.setattr(pipeline, "load_log", boom)
+    monkeypatch.setattr(sweep, "trajectories", boom)
+
+
+@pytest.mark.parametrize("make, code, fragment", CASES, ids=[c[0].__name__ for c in CASES])
+def test_hostile_input(make, code, fragment, tmp_path, capsys, tripwire, monkeypatch):
+    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    argv = make(tmp_path)
+    try:
+        got = main(argv)
+    except SystemExit as exc:          # argparse's --version
+        got = exc.code or 0
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert got == code, text
+    assert fragment in text, text
+    if code == 2:
+        assert "Traceback" not in text
+
+
+def test_trajectory_files_are_checked_before_any_optimization(tmp_path, capsys, tripwire,
+                                                             monkeypatch):
+    """A bad validation file is refused before the excitation trajectory is optimized (the
+    tripwire turns an optimization into exit 130)."""
+    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    assert main(trajectory_is_other_yaml(tmp_path)) == 2
+    assert "trajectories.validation.file" in capsys.readouterr().err
