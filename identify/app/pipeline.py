@@ -208,8 +208,8 @@ def _log_processing(scn: Scenario, recs: dict) -> Scenario:
 
     * ``velocity``: the log's own qd when every log maps one ("log"), else differences of q
       ("differentiate");
-    * ``decimate``: keep every k-th sample after the low-pass, k = floor(rate / (5 x
-      butter_cutoff_hz)) -- a 1 kHz log low-passed at 10 Hz is fitted at 50 Hz (the filtered
+    * ``decimate``: above 20 x butter_cutoff_hz, keep every k-th sample after the low-pass,
+      k = floor(rate / (5 x butter_cutoff_hz)) -- a 1 kHz log low-passed at 10 Hz is fitted at 50 Hz (the filtered
       signals carry nothing above the cut-off: the 4th-order Butterworth is down 64 dB at the
       25 Hz Nyquist frequency), and twenty times fewer rows make an hour-long log fit in
       memory and time;
@@ -223,7 +223,7 @@ def _log_processing(scn: Scenario, recs: dict) -> Scenario:
             else "differentiate"
     fc = proc.get("butter_cutoff_hz", ProcessingSettings.butter_cutoff_hz)
     rate = min(float(r.rate_hz) for r in recs.values())
-    if "decimate" not in proc and fc and "resample_hz" not in proc:
+    if "decimate" not in proc and fc and "resample_hz" not in proc and rate > 20.0 * fc:
         proc["decimate"] = max(1, int(rate // (5.0 * float(fc))))
     if "smooth_passes" not in proc and fc and "resample_hz" not in proc and rate >= 50.0 * fc:
         proc["smooth_passes"] = 0
