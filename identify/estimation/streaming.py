@@ -9,9 +9,10 @@ j, b_j its torques), plus the residual series for the autocorrelation time:
 * the fit with joint weights w_j: R = qr([w_1 R_1; ...; w_n R_n]) -> solve R p = z
   (Householder QR of already-triangular blocks: the same R as the QR of the stacked rows);
 * joint j's residual sum of squares for any p: ||R_j [p; -1]||^2;
-* A_j^T A_j = R_j[:, :p]^T R_j[:, :p], so the joint-wise sandwich covariance
-  (R^T R)^-1 (sum_j v_j w_j^2 A_j^T A_j) (R^T R)^-1 of
-  :func:`~identify.estimation.estimators._joint_sandwich`.
+* A_j^T A_j = R_j[:, :p]^T R_j[:, :p], so OLS's joint-wise sandwich covariance
+  (R^T R)^-1 (sum_j v_j w_j^2 A_j^T A_j) (R^T R)^-1; WLS's Parzen-kernel HAC sandwich
+  (:func:`~identify.estimation.estimators._hac_sandwich`) needs the per-sample scores
+  (N x p floats), collected in the second pass.
 
 :class:`JointFactors` accumulates R_j block by block (QR updates: qr([R_j; new rows])), so memory
 is O(block x n x p + n p^2) whatever N; :func:`fit_blocks` runs the OLS / WLS / Ridge estimators
@@ -25,8 +26,10 @@ from typing import Callable, Iterator
 import numpy as np
 import scipy.linalg as sla
 
-from .estimators import (_Linear, _dof_per_joint, _one_blas_thread, check_identifiable,
-                         integrated_autocorr_time, lcurve_corner, qr_r)
+from scipy.signal import fftconvolve
+
+from .estimators import (_Linear, _dof_per_joint, _hac_lags, _kernel, _one_blas_thread,
+                         check_identifiable, integrated_autocorr_time, lcurve_corner, qr_r)
 
 __all__ = ["JointFactors", "fit_blocks", "BlockFit", "row_blocks", "BLOCK_ROWS"]
 
@@ -140,21 +143,32 @@ def fit_blocks(blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], n:
         out.lambda_ = float(lam)
     else:
         params = sla.solve_triangular(R, z, check_finite=False)
-    # second pass: weighted residual series for the autocorrelation time
+    # second pass: weighted residual series for the autocorrelation time; WLS also keeps the
+    # per-sample scores sum_j w_j^2 A_kj e_kj (N, p) for its HAC sandwich (as WLS does)
     e = np.empty((N, n))
+    scores = np.empty((N, p)) if estimator == "wls" else None
     k = 0
     for W, y in blocks():
         B = W.shape[0]
         e[k:k + B] = (y - W @ params) * w
+        if scores is not None:
+            scores[k:k + B] = np.einsum("bjp,bj->bp", W * w[None, :, None], e[k:k + B])
         k += B
     tau = integrated_autocorr_time(e)
     ew2 = np.sum(e ** 2, axis=0)
     if estimator == "ridge":
         scale2 = float(ew2.sum()) / (N * n - p)
         cov = scale2 * float(np.mean(tau)) * (V * f ** 2) @ V.T / np.outer(D, D)
+    elif estimator == "wls":            # Parzen-kernel HAC sandwich of estimators.WLS
+        lags, tau = _hac_lags(e)
+        L = max(int(lags), 0)
+        KS = fftconvolve(scores, _kernel(L)[:, None], mode="same", axes=0) if L > 0 else scores
+        Rinv = sla.solve_triangular(R, np.eye(p), check_finite=False)
+        P = Rinv @ Rinv.T
+        cov = P @ (scores.T @ KS) @ P * (N * n / (N * n - p))
+        out.hac_lags_ = lags
     else:
-        var = tau * (ew2 / dof if estimator == "wls" else ew2 / dof)
-        cov = _sandwich(R, fac, var * w ** 2)
+        cov = _sandwich(R, fac, tau * ew2 / dof * w ** 2)
     rss = fac.rss(params)
     out.params_ = params
     out.cov_ = 0.5 * (cov + cov.T)
