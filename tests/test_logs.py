@@ -66,8 +66,10 @@ def _write_irregular_csv(rec: Recording, path: Path, rng) -> np.ndarray:
     assert not np.allclose(np.diff(ti), dt)     # really irregular
 
 
-def _fit(tmp_path, name, fit_section, capsys) -> dict:
+def _fit(tmp_path, name, fit_section, capsys, velocity=None) -> dict:
     scn = dict(TINY, name=name, fit=fit_section)
+    if velocity is not None:
+        scn["processing"] = {"velocity": velocity}
     f = tmp_path / f"{name}.yaml"
     f.write_text(yaml.safe_dump(scn))
     out = tmp_path / f"out_{name}"
@@ -94,7 +96,8 @@ def test_fit_csv_with_currents_irregular_equals_recording(twin_recordings, tmp_p
                    "current_gains": gains[k].tolist(), "rate_hz": 100.0}
                for k in ("excitation", "validation")}
     rec_fit = {k: {"file": str(paths[k])} for k in ("excitation", "validation")}
-    p_rec, out_rec = _fit(tmp_path, "direct", rec_fit, capsys)
+    # the recording has the drive's qd, the CSV none: compare like with like (q differentiated)
+    p_rec, out_rec = _fit(tmp_path, "direct", rec_fit, capsys, velocity="differentiate")
     p_csv, out_csv = _fit(tmp_path, "csv", csv_fit, capsys)
     for model_key, block in (("improved", "stage1"), ("simplified", "rigid_body")):
         a = p_rec["models"][model_key][block]
@@ -215,3 +218,42 @@ def test_gains_from_drives_uses_the_shared_loader(tmp_path):
     bad.write_text(yaml.safe_dump({"joints": raw}))
     with pytest.raises(LogError, match=r"drives.yaml: joint 'joint3' key 'torque_constant_Nm_A'"):
         gains_from_drives(bad, names)
+
+
+@pytest.mark.parametrize("preset", ["ur_rtde", "libfranka", "text_per_signal"])
+def test_presets_read_twin_logs(twin_recordings, tmp_path, preset):
+    """The twin's excitation recording written as each logging tool writes it reads back, by the
+    preset alone, as the same signals (to the files' 10 significant digits)."""
+    recs, _paths, model = twin_recordings
+    rec = recs["excitation"]
+    n = model.n
+    g = gains_from_drives(ASSETS / "cobot6_drives.yaml", model.joint_names)
+    fams = {"ur_rtde": ("timestamp", [("actual_q", rec.q), ("actual_qd", rec.qd),
+                                      ("actual_current", rec.i_m)]),
+            "libfranka": ("time", [("q", rec.q), ("dq", rec.qd), ("tau_J", rec.tau_j)])}
+    if preset == "text_per_signal":
+        for name, a in (("q", rec.q), ("qd", rec.qd), ("tau_j", rec.tau_j), ("i_m", rec.i_m)):
+            np.savetxt(tmp_path / f"{name}.txt", a.reshape(-1), fmt="%.10g")
+        np.savetxt(tmp_path / "time.txt", rec.t, fmt="%.10g")
+        f, spec = tmp_path / "q.txt", LogSpec(file=tmp_path / "q.txt", preset=preset,
+                                                current_gains=tuple(g))
+    else:
+        tname, fam = fams[preset]
+        head = [tname] + [f"{b}_{j}" for b, _a in fam for j in range(n)]
+        data = np.column_stack([rec.t] + [a for _b, a in fam])
+        sep = " " if preset == "ur_rtde" else ","
+        f = tmp_path / f"{preset}.csv"
+        np.savetxt(f, data, delimiter=sep, header=sep.join(head), comments="", fmt="%.10g")
+        spec = LogSpec(file=f, preset=preset, current_gains=tuple(g))
+    got = load_log(spec, model.joint_names, model=model)
+    np.testing.assert_allclose(got.t, rec.t, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(got.q, rec.q, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(got.qd, rec.qd, rtol=1e-8, atol=1e-9)
+    if preset != "libfranka":
+        np.testing.assert_allclose(got.tau_m, rec.tau_m, rtol=1e-8, atol=1e-8)
+    else:
+        assert got.tau_m is None
+    if preset != "ur_rtde":
+        np.testing.assert_allclose(got.tau_j, rec.tau_j, rtol=1e-8, atol=1e-8)
+    else:
+        assert got.tau_j is None

@@ -129,8 +129,8 @@ CASES = [
              "    columns:  # <-\n      time: 0\n      q: [1, 2, 3, 4, 5, 6]\n",
      "fit.excitation.columns", "at least one torque channel"),
     ("named CSV columns without a header",
-     VALID + f"fit:\n  excitation:\n    file: {DRIVES}\n    columns:\n      time: t\n"
-             "      q: [q1, q2, q3, q4, q5, q6]  # <-\n      tau_j: [1, 2, 3, 4, 5, 6]\n",
+     VALID + f"fit:\n  excitation:\n    file: {DRIVES}\n    header: false\n    columns:\n"
+             "      time: t\n      q: [q1, q2, q3, q4, q5, q6]  # <-\n      tau_j: [1, 2, 3, 4, 5, 6]\n",
      "fit.excitation.columns.q", "header: true"),
     ("payload with zero mass",
      _replace(f"  drives: {DRIVES}\n", f"  drives: {DRIVES}\n  payload:\n    mass_kg: 0  # <-\n"),

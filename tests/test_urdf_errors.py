@@ -52,11 +52,17 @@ def test_floating_is_refused(tmp_path):
         load_chain(path)
 
 
-def test_missing_inertial_is_named(tmp_path):
-    path = _write(tmp_path, _link("base", inertial=False) + _link("a") + _link("tool", False) +
-                  _joint("j1", "base", "a") + _joint("fix", "a", "tool", "fixed"))
-    with pytest.raises(URDFError, match=r"link 'tool' \(moved by joint 'j1'\) has no <inertial>"):
-        load_chain(path)
+def test_massless_frame_links_merge_as_mass_zero(tmp_path):
+    """ROS-style frames (tool0, flange: no <inertial>) on fixed joints count as mass 0: the chain
+    equals the one without them (it was refused before: 'link tool ... has no <inertial>')."""
+    with_frame = _write(tmp_path, _link("base", inertial=False) + _link("a") + _link("tool", False)
+                        + _joint("j1", "base", "a") + _joint("fix", "a", "tool", "fixed"))
+    c = load_chain(with_frame)
+    (tmp_path / "plain").mkdir()
+    plain = load_chain(_write(tmp_path / "plain", _link("base", inertial=False) + _link("a")
+                              + _joint("j1", "base", "a")))
+    np.testing.assert_array_equal(c.params, plain.params)
+    assert c.bodies[1] == ["a", "tool"]
 
 
 def test_unknown_joint_subset_and_bad_xml(tmp_path):

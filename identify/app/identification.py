@@ -12,13 +12,15 @@ import numpy as np
 from identify.common import progress
 from identify.estimation.consistency import ConsistentFit
 from identify.estimation.delay import estimate_delay
-from identify.estimation.design import design_from
+from identify.estimation.design import BlockDesign, design_cond, design_from
 from identify.estimation.improved import ImprovedModel
 from identify.estimation.processing import ProcessingSettings, process
 from identify.estimation.simplified import SimplifiedModel
+from identify.estimation.streaming import row_blocks
 from identify.model.base_params import compute_base_parameters
 from identify.model.friction import full_regressor
 from identify.model.urdf_export import full_from_base
+from identify.scenario.signals import SIGNAL_NAMES, resolve_identification
 from identify.scenario.spec import Scenario
 from identify.validation.parameter_errors import stage2_errors, true_base_parameters
 from identify.validation.validate import validate
@@ -27,6 +29,39 @@ from .prior import prior_parameters
 from .results import (Export, Fits, Identification, ModelValidation, NoiseFloor, Prior,
                       RmsFigure, TruthComparison)
 from .truth import recorded_drive_truth, recorded_settings, true_link_parameters, twin_settings
+
+
+def coulomb_eps(scn: Scenario) -> float:
+    """Velocity scale of the Coulomb column [rad/s]: 0 for sign(qd), the scale for tanh."""
+    ident = scn.identification
+    return float(ident.coulomb_velocity_scale) if ident.coulomb_shape == "tanh" else 0.0
+
+
+def resolve_signals(scn: Scenario, recs: dict, from_logs: bool) -> tuple[Scenario, str]:
+    """The scenario with its identification ``auto`` keys resolved for the signals of the
+    excitation recording (identify.scenario.signals), and the fitted signal "tau_j" | "tau_m".
+    Raises ValueError naming a missing signal."""
+    import dataclasses
+    rec = recs["excitation"]
+    ident, signal = resolve_identification(scn.identification, rec.tau_j is not None,
+                                           rec.tau_m is not None, from_logs=from_logs)
+    return dataclasses.replace(scn, identification=ident), signal
+
+
+def alias_signal(processed: dict, signal: str) -> None:
+    """Joint torque only: the rigid body + friction model is fitted to, and validated on, the
+    joint torque -- it takes the place of the motor torque in the processed data."""
+    if signal != "tau_j":
+        return
+    for d in processed.values():
+        if d.tau_j is None:
+            raise ValueError("the excitation data have only joint torques; the validation data "
+                             "have none")
+        d.tau_m = d.tau_j
+        for extra in ("raw", "noise_floor"):      # raw measurement / noise floor alike
+            x = getattr(d, extra, None)
+            if isinstance(x, dict) and "tau_j" in x:
+                x["tau_m"] = x["tau_j"]
 
 
 def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = None,
@@ -61,6 +96,8 @@ def estimate_delays(model, base, terms, processed: dict, designs: dict) -> dict:
     out = {}
     for label, d in processed.items():
         W = designs.get(label)
+        if isinstance(W, BlockDesign):
+            continue                    # long logs: the search needs the design in memory
         if W is None:
             W = design_from(model, base, d, terms=terms)[0]
         try:
@@ -78,14 +115,19 @@ def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None
     terms = tuple(ident.friction_terms)
     d_exc = processed["excitation"]
     # the models' own design (parallel-filtered Coulomb column), computed once per trajectory
-    W = {label: design_from(model, base, d, terms=terms)[0] for label, d in processed.items()}
+    eps = coulomb_eps(scn)
+    # long logs: the simplified model alone works on designs built in row blocks
+    blocks = ident.joint_model == "simplified"
+    W = {label: design_from(model, base, d, terms=terms, coulomb_eps=eps, blocks=blocks)[0]
+         for label, d in processed.items()}
     sm = im = None
     with progress.step("identification", timings):
         if ident.joint_model in ("simplified", "both"):
             if d_exc.tau_m is None:
                 raise ValueError("the simplified model needs the motor torque (tau_m or currents) "
                                  "in the excitation recording")
-            sm = SimplifiedModel(model, base, ident.estimator, terms=terms).fit(d_exc, W["excitation"])
+            sm = SimplifiedModel(model, base, ident.estimator, terms=terms,
+                                 coulomb_eps=eps).fit(d_exc, W["excitation"])
         if ident.joint_model in ("improved", "both"):
             if d_exc.tau_j is None or d_exc.tau_m is None:
                 raise ValueError("the improved model needs joint torques (tau_j) and motor torques "
@@ -93,12 +135,12 @@ def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None
             ft = ident.improved_friction_term
             im = ImprovedModel(model, base, ident.estimator,
                                friction_term="linear" if ft == "auto" else ft,
-                               terms=terms).fit(d_exc, W["excitation"])
+                               terms=terms, coulomb_eps=eps).fit(d_exc, W["excitation"])
             if ft == "auto":
                 best = im.compare_friction_terms_["better"] or "linear"
                 if best != "linear":
                     im = ImprovedModel(model, base, ident.estimator, friction_term=best,
-                                       terms=terms).fit(d_exc, W["excitation"])
+                                       terms=terms, coulomb_eps=eps).fit(d_exc, W["excitation"])
     return Fits(simplified=sm, improved=im, designs=W,
                 improved_requested=ident.improved_friction_term if im is not None else None)
 
@@ -188,8 +230,12 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
     route = scn.identification.prediction
     with_tau_m = {k: d for k, d in processed.items() if d.tau_m is not None}
     routes = ("closed_form", "eq24") if sm is not None else ("closed_form",)
+    blocks = any(isinstance(w, BlockDesign) for w in W.values())
+    if blocks:
+        decompose = False            # the decomposition needs the full regressors in memory
     with progress.step("validation", timings):
         vres = validate(sm, im, with_tau_m, routes=routes, decompose_torque=decompose,
+                        designs={k: W[k] for k in with_tau_m} if blocks and im is None else None,
                         truth_base=truth.base if im is not None else None)
     head = f"improved_{route}" if route in routes else "improved_closed_form"
     preds, rms, rms_f, rms_o, improvement = {}, {}, {}, {}, {}
@@ -220,7 +266,7 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
             variants[v] = {label: RmsFigure.of(
                 im.predict(processed[label], route="closed_form", W=W[label], variant=v)
                 - vres.measured[label]).overall for label in vres.rms}
-    cond = {label: float(np.linalg.cond(w.reshape(-1, w.shape[-1]))) for label, w in W.items()}
+    cond = {label: design_cond(w) for label, w in W.items()}
     return ModelValidation(result=vres, headline_route=head, predictions=preds, rms=rms,
                            improvement=improvement, variants_rms=variants, cond_measured=cond,
                            rms_filtered=rms_f, rms_outside_reversals=rms_o,
@@ -266,10 +312,14 @@ def stage2_truth(fits: Fits, truth: TruthComparison) -> np.ndarray | None:
 
 
 def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: Prior,
-               timings: dict | None = None) -> Export | None:
-    """Full parameters for the URDF: the physically consistent fit (when asked for), else the
-    parameters closest to the prior with the identified base parameters. None without a model."""
+               timings: dict | None = None, signal: str = "tau_m") -> Export | None:
+    """Full parameters for the URDF and the joint terms for ``identified_joints.yaml``: the
+    physically consistent fit (when asked for), else the parameters closest to the prior with the
+    identified base parameters; and what that exported model predicts on every trajectory
+    (RNEA of the exported inertials + the joint terms, identify.model.joint_sidecar). None
+    without a model."""
     terms = tuple(scn.identification.friction_terms)
+    eps = coulomb_eps(scn)
     sm, im = fits.simplified, fits.improved
     src = im if im is not None else sm
     if src is None:
@@ -279,14 +329,26 @@ def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: P
     consistent, full, how = None, None, ""
     if scn.identification.physical_consistency:
         with progress.step("physically consistent fit", timings):
-            Wf = full_regressor(model, d_exc.q, d_exc.qd, d_exc.qdd, terms)
             p0 = None if prior.inertial is None else \
                 np.concatenate([prior.inertial, np.zeros(len(terms) * model.n)])
-            consistent = ConsistentFit(model, base, terms=terms, prior=p0).fit(
-                Wf, getattr(d_exc, y_label))
-        full = np.asarray(consistent.params_, float)
-        how = f"physically consistent fit, prior {prior.kind}"
-    else:
+            y = getattr(d_exc, y_label)
+
+            def blocks():           # the full regressor in row blocks (long logs fit in memory)
+                for sl in row_blocks(y.shape[0]):
+                    yield full_regressor(model, d_exc.q[sl], d_exc.qd[sl], d_exc.qdd[sl], terms,
+                                         coulomb_eps=eps), y[sl]
+            try:
+                consistent = ConsistentFit(model, base, terms=terms, prior=p0,
+                                           estimator=scn.identification.estimator
+                                           ).fit_blocks(blocks)
+            except (RuntimeError, ValueError) as exc:   # a finished fit is never lost to it
+                progress.message(f"warning: physically consistent fit failed ({exc}); the "
+                                 f"export uses the identified base parameters")
+                consistent = None
+        if consistent is not None:
+            full = np.asarray(consistent.params_, float)
+            how = f"physically consistent fit ({scn.identification.estimator}), prior {prior.kind}"
+    if full is None:
         p0 = np.concatenate([np.zeros(10 * model.n) if prior.inertial is None else prior.inertial,
                              np.zeros(len(terms) * model.n)])
         p_base = np.asarray(src.params_, float)
@@ -294,25 +356,64 @@ def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: P
             full = full_from_base(base.E, p_base, p0)
             how = (f"closest to the {prior.kind} prior's parameters with the identified "
                    f"base parameters")
+    fitted = "tau_j" if (src is im or signal == "tau_j") else "tau_m"
     which = ("improved model stage 1 (torque sensor, link side)" if src is im
-             else "simplified model (motor torque)")
+             else f"rigid body + friction on the {SIGNAL_NAMES[fitted]}")
     if full is None:
-        return Export(None, None, None, f"{which}; no full parameters", consistent, y_label, prior)
+        return Export(None, None, None, f"{which}; no full parameters", consistent, y_label, prior,
+                      reason="no full parameters (the fit has no base parameters)")
     n = model.n
     fr = {t: full[10 * n + k * n: 10 * n + (k + 1) * n] for k, t in enumerate(terms)}
-    return Export(inertial=full[:10 * n], viscous=fr.get("viscous"), coulomb=fr.get("coulomb"),
-                  source=f"{which}; {how}", consistent=consistent, consistent_signal=y_label,
-                  prior=prior)
+    ex = Export(inertial=full[:10 * n], viscous=fr.get("viscous"), coulomb=fr.get("coulomb"),
+                source=f"{which}; {how}", consistent=consistent, consistent_signal=y_label,
+                prior=prior, signal=SIGNAL_NAMES[fitted])
+    export_prediction(scn, model, ex, fr, processed, y_label)
+    return ex
+
+
+def export_prediction(scn: Scenario, model, ex: Export, fr: dict, processed: dict,
+                      y_label: str) -> None:
+    """Fill ``ex.joint_terms``, ``physical`` / ``reason`` and the exported model's predictions
+    and RMS: tau = RNEA(q, qd, qdd; exported inertials) + armature*qdd + viscous*qd +
+    coulomb*shape(qd) + offset on the processed samples of every trajectory."""
+    from identify.model.joint_sidecar import JointTerms
+    from identify.model.urdf_export import check_physical
+    ident = scn.identification
+    ex.joint_terms = JointTerms(list(model.joint_names), fr.get("viscous"), fr.get("coulomb"),
+                                fr.get("offset"), fr.get("armature"),
+                                coulomb_shape=ident.coulomb_shape,
+                                coulomb_velocity_scale=float(ident.coulomb_velocity_scale),
+                                signal=ex.signal)
+    problems = check_physical(ex.inertial, model.link_names)
+    ex.physical = not problems
+    if problems:
+        ex.reason = ("the identified inertial parameters are not physical (" + "; ".join(problems)
+                     + "); set identification.physical_consistency: true")
+    for label, d in processed.items():
+        y = getattr(d, y_label)
+        if y is None:
+            continue
+        pred = ex.joint_terms.torque(d.qd, d.qdd)
+        for sl in row_blocks(y.shape[0]):           # RNEA in row blocks (long logs)
+            pred[sl] += model.inverse_dynamics(d.q[sl], d.qd[sl], d.qdd[sl], ex.inertial)
+        ex.predictions[label] = pred
+        raw = (getattr(d, "raw", None) or {}).get(y_label)    # against the raw measurement
+        ex.rms[label] = RmsFigure.of(pred - (y if raw is None else raw))
 
 
 def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_truth: bool = True,
-                        decompose: bool = True, timings: dict | None = None) -> Identification:
-    """The identification stages on recordings {'excitation', ['validation']}, in order."""
+                        decompose: bool = True, timings: dict | None = None,
+                        from_logs: bool = False) -> Identification:
+    """The identification stages on recordings {'excitation', ['validation']}, in order. The
+    ``auto`` keys of ``identification`` are resolved first for the recordings' signals
+    (`from_logs`: defaults for real arms' logs, else the twin's)."""
+    scn, signal = resolve_signals(scn, recs, from_logs)
     terms = tuple(scn.identification.friction_terms)
-    if base is None:
+    if base is None or tuple(getattr(base, "terms", terms)) != terms:
         base = compute_base_parameters(model, terms=terms, seed=0)
     warnings: list = []
     processed = process_recordings(scn, model, recs, timings, base=base)
+    alias_signal(processed, signal)
     fits = fit_models(scn, model, base, processed, timings)
     delays = estimate_delays(model, base, terms, processed, fits.designs)
     truth = build_truth(scn, model, base, recs, warnings) if want_truth else TruthComparison()
@@ -320,7 +421,8 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
                                  recs=recs)
     parameter_errors(fits, validation, truth, warnings)
     prior = prior_parameters(scn, model, recs)
-    export = fit_export(scn, model, base, fits, processed, prior, timings)
+    export = fit_export(scn, model, base, fits, processed, prior, timings, signal=signal)
     return Identification(model=model, base=base, terms=terms, processed=processed, fits=fits,
                           truth=truth, validation=validation, export=export, prior=prior,
-                          warnings=warnings, delays=delays)
+                          warnings=warnings, delays=delays, signal=signal,
+                          spec=scn.identification, from_logs=from_logs)

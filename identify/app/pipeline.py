@@ -175,7 +175,11 @@ def _dry_run_result(folder: Path, recs: dict) -> RunResult:
 
 
 def _log_specs(scn: Scenario, log=None, validation_log=None) -> dict:
-    """label -> LogSpec of the fit section, with the command line's --log / --validation-log."""
+    """label -> LogSpec of the fit section, with the command line's --log / --validation-log.
+
+    A validation log without its own ``fit.validation`` section takes the excitation log's
+    format, preset, columns, units and gains -- never its window (a window is a property of one
+    file); ``fit.validation`` (possibly without ``file``) gives it its own."""
     specs = {"excitation": scn.fit.excitation, "validation": scn.fit.validation}
     for label, override in (("excitation", log), ("validation", validation_log)):
         if override is not None:
@@ -185,16 +189,52 @@ def _log_specs(scn: Scenario, log=None, validation_log=None) -> dict:
                 raise FileNotFoundError(f"{override}: log file not found")
             if prob is not None:
                 raise InputError(f"{override}: the log {prob}")
-            specs[label] = dataclasses.replace(specs[label] or LogSpec(file=p), file=p.resolve())
-    if specs["excitation"] is None:
+            base = specs[label]
+            if base is None and label == "validation" and specs["excitation"] is not None:
+                base = dataclasses.replace(specs["excitation"], window_s=None, window_t=None,
+                                           window_rows=None)
+            specs[label] = dataclasses.replace(base or LogSpec(file=p), file=p.resolve())
+    if specs["excitation"] is None or specs["excitation"].file is None:
         raise ScenarioError(str(scn.source or "<scenario>"), None, "fit.excitation",
                             "twinid fit needs a log: set fit.excitation.file or pass --log FILE")
+    if specs["validation"] is not None and specs["validation"].file is None:
+        raise ScenarioError(str(scn.source or "<scenario>"), None, "fit.validation.file",
+                            "fit.validation has no file: set it or pass --validation-log FILE")
     return {k: v for k, v in specs.items() if v is not None}
+
+
+def _log_processing(scn: Scenario, recs: dict) -> Scenario:
+    """Processing defaults for logs, unless the scenario says:
+
+    * ``velocity``: the log's own qd when every log maps one ("log"), else differences of q
+      ("differentiate");
+    * ``decimate``: above 20 x butter_cutoff_hz, keep every k-th sample after the low-pass,
+      k = floor(rate / (5 x butter_cutoff_hz)) -- a 1 kHz log low-passed at 10 Hz is fitted at 50 Hz (the filtered
+      signals carry nothing above the cut-off: the 4th-order Butterworth is down 64 dB at the
+      25 Hz Nyquist frequency), and twenty times fewer rows make an hour-long log fit in
+      memory and time;
+    * ``smooth_passes``: 0 when rate >= 50 x butter_cutoff_hz -- there the paper's 5-point
+      smoothing x20 has a gain >= 0.9996 below the cut-off (it was designed for 100 Hz data)
+      and would only cost time."""
+    from identify.estimation.processing import ProcessingSettings
+    proc = dict(scn.processing or {})
+    if "velocity" not in proc:
+        proc["velocity"] = "log" if all(r.qd is not None for r in recs.values()) \
+            else "differentiate"
+    fc = proc.get("butter_cutoff_hz", ProcessingSettings.butter_cutoff_hz)
+    rate = min(float(r.rate_hz) for r in recs.values())
+    if "decimate" not in proc and fc and "resample_hz" not in proc and rate > 20.0 * fc:
+        proc["decimate"] = max(1, int(rate // (5.0 * float(fc))))
+    if "smooth_passes" not in proc and fc and "resample_hz" not in proc and rate >= 50.0 * fc:
+        proc["smooth_passes"] = 0
+    return dataclasses.replace(scn, processing=proc)
 
 
 def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
                  force: bool = False) -> RunResult:
-    """``twinid fit``: identify from recordings/logs named in the scenario's fit section."""
+    """``twinid fit``: identify from recordings/logs named in the scenario's fit section, with
+    the defaults for real arms' logs (identify.scenario.signals)."""
+    from identify.scenario.signals import resolve_joint_model
     if scn.payload is not None:
         with claim_run_folder(scn, out, force=force, command="fit") as folder:
             return _control_only(scn, folder, "fit", log=log)
@@ -205,11 +245,26 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
     gains = None if scn.arm.drives is None else gains_from_drives(scn.arm.drives, model.joint_names)
     size = sum(Path(s.file).stat().st_size for s in specs.values())
     with claim_run_folder(scn, out, force=force, need_bytes=2 * size, command="fit") as folder:
+        warnings: list = []
         with progress.step("reading logs", timings):
-            recs = {label: load_log(spec, model.joint_names, gains=gains)
+            recs = {label: load_log(spec, model.joint_names, gains=gains, model=model,
+                                    warnings=warnings)
                     for label, spec in specs.items()}
-        ident = identify_recordings(scn, model, recs, timings=timings, want_truth=False)
-        run = _run_info(scn, "fit", timings)
+        try:        # an explicit joint model the logs cannot support: refused before fitting
+            resolve_joint_model(scn.identification.joint_model,
+                                recs["excitation"].tau_j is not None,
+                                recs["excitation"].tau_m is not None)
+        except ValueError as exc:
+            raise ScenarioError(str(scn.source or "<scenario>"), None,
+                                "identification.joint_model",
+                                f"{exc} (log {specs['excitation'].file})") from None
+        for msg in warnings:
+            progress.message(f"warning: {msg}")
+        scn = _log_processing(scn, recs)
+        ident = identify_recordings(scn, model, recs, timings=timings, want_truth=False,
+                                    from_logs=True)
+        ident.warnings[:0] = warnings
+        run = _run_info(scn, "fit", timings, backend="logs")
         run.trajectories = {label: TrajectoryInfo(
             label=label, source=str(specs[label].file), duration_s=rec.duration,
             samples=rec.n_samples, from_log=True,
@@ -267,6 +322,9 @@ def summary(metrics: dict, folder: Path) -> str:
     lines = [f"run folder: {folder}"]
     for label, r in metrics.get("rms", {}).items():
         parts = [f"{k} {v['overall']:.4f}" for k, v in r.items() if k in ("simplified", "improved")]
+        ex = metrics.get("export", {}).get("rms", {}).get(label)
+        if ex is not None:
+            parts.append(f"exported model {ex['overall']:.4f}")
         imp = metrics.get("improvement_percent", {}).get(label)
         lines.append(f"  {label}: RMS [N*m] " + ", ".join(parts)
                      + ("" if imp is None else f"  ({imp:+.2f} %)"))

@@ -317,6 +317,29 @@ def identification_metrics(ident: Identification, models: dict | None = None) ->
     return m
 
 
+def export_document(ident: Identification) -> dict:
+    """metrics.json ``export``: what the exported model (identified.urdf + identified_joints.yaml)
+    predicts, its RMS per trajectory against the fitted signal, and why no URDF was written."""
+    ex = ident.export
+    if ex is None:
+        return {"written": False, "reason": "no model was fitted"}
+    return {"signal": ex.signal, "source": ex.source, "physical": bool(ex.physical),
+            "reason": ex.reason,
+            "formula": "tau = RNEA(q, qd, qdd) + armature*qdd + viscous*qd + coulomb*shape(qd) "
+                       "+ offset (identified_joints.yaml)",
+            "coulomb_shape": None if ex.joint_terms is None else ex.joint_terms.coulomb_shape,
+            "rms": {label: rms_document(r) for label, r in ex.rms.items()}}
+
+
+def signal_document(ident: Identification) -> dict:
+    """metrics.json ``headline_model``, ``signal`` (name of the fitted torque signal),
+    ``source`` (logs | backend) and ``identification_used`` (the settings with autos resolved)."""
+    from identify.scenario.spec import _to_plain
+    return {"headline_model": ident.headline_model, "signal": ident.signal_name,
+            "source": "logs" if ident.from_logs else "backend",
+            "identification_used": None if ident.spec is None else _to_plain(ident.spec)}
+
+
 def metrics_document(run: RunInfo, ident: Identification, models: dict | None = None) -> dict:
     """metrics.json of a run."""
     m = {"name": run.name, "description": run.description, "backend": run.backend,
@@ -328,6 +351,15 @@ def metrics_document(run: RunInfo, ident: Identification, models: dict | None = 
          "targets_met": {k: bool(val <= TARGETS_PERCENT[k])
                          for k, val in ident.validation.improvement.items()},
          "timings_s": run.timings, "files": dict(run.files), "messages": list(run.messages)}
+    m.update(signal_document(ident))
+    m["export"] = export_document(ident)
+    if run.files.get("urdf") is not None:
+        m["export"]["written"] = True
+    elif "written" not in m["export"]:
+        m["export"]["written"] = False
+    if ident.from_logs:          # the paper's figures are the twin's targets, not a log's
+        for key in ("paper", "targets_met"):
+            m.pop(key, None)
     if run.trajectories:
         m["trajectories"] = {k: trajectory_document(i) for k, i in run.trajectories.items()}
         conds = {k: i.cond for k, i in run.trajectories.items() if i.cond is not None}

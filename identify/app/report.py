@@ -105,8 +105,13 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
     desc = scenario.get("description") or metrics.get("description")
     if desc:
         B.append(("p", desc))
-    B.append(("p", f"Backend: **{metrics.get('backend', '?')}** -- command: `{metrics.get('command', '?')}` "
-                   f"-- created {metrics.get('created', '?')} -- folder `{folder.name}`"))
+    from_logs = metrics.get("source") == "logs"
+    if from_logs:
+        B += _logs_blocks(folder, metrics)
+    else:
+        B.append(("p", f"Backend: **{metrics.get('backend', '?')}** -- command: "
+                       f"`{metrics.get('command', '?')}` -- created {metrics.get('created', '?')} "
+                       f"-- folder `{folder.name}`"))
 
     loud = [m for m in metrics.get("messages") or [] if str(m).startswith("WARNING")]
     if loud:
@@ -115,7 +120,9 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
             B.append(("p", f"**{m}**"))
     rms = metrics.get("rms", {})
     imp = metrics.get("improvement_percent", {})
-    if rms:
+    if rms and from_logs:
+        pass                      # summary in _logs_blocks; per-joint tables below
+    elif rms:
         B.append(("h", 2, "Summary: motor-torque RMS, simplified vs improved joint model"))
         head = ["trajectory", "simplified [N*m]", "improved [N*m]", "reduction [%]",
                 "paper simplified", "paper improved", "paper reduction [%]", "target [%]"]
@@ -159,6 +166,7 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                            "explains everything but the sensor noise. The filtered-target figure "
                            "compares with the smoothed, low-passed signal the fit saw; it is "
                            "lower by the removed noise and is not agreement with the sensor."))
+    if rms:
         for traj in ("excitation", "validation"):
             r = rms.get(traj, {})
             models = [m for m in r if isinstance(r[m], dict) and "per_joint" in r[m]]
@@ -208,7 +216,8 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         sel = [p for p in plots if p.stem.startswith(group)]
         if not sel:
             continue
-        title = {"trajectory": "Trajectory plots", "torque": "Measured vs predicted motor torque",
+        title = {"trajectory": "Trajectory plots",
+                 "torque": f"Measured vs predicted {metrics.get('signal', 'motor torque')}",
                  "residual": "Residuals", "param": "Parameters", "sweep": "Sweep"}[group]
         B.append(("h", 2, title))
         for p in sel:
@@ -355,6 +364,39 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                    if p.is_file() and p.name not in ("report.md", "report.html", ".twinid.lock"))
     B.append(("h", 2, "Files"))
     B.append(("code", "\n".join(files)))
+    return B
+
+
+def _logs_blocks(folder: Path, metrics: dict) -> list[tuple]:
+    """Header and summary of a ``twinid fit`` run: its logs, the fitted signal, the headline
+    model's and the exported model's RMS (no paper targets: those are the twin's)."""
+    B: list[tuple] = [("p", f"Source: **logs** -- command: `{metrics.get('command', '?')}` -- "
+                            f"created {metrics.get('created', '?')} -- folder `{folder.name}`")]
+    tr = metrics.get("trajectories", {})
+    rows = [[k, str(v.get("source", "?")), _fmt(v.get("duration_s")), _fmt(v.get("samples")),
+             str(v.get("resampled"))] for k, v in tr.items()]
+    if rows:
+        B.append(("table", ["log", "file", "duration [s]", "samples", "resampled"], rows))
+    sig = metrics.get("signal", "?")
+    head_model = metrics.get("headline_model", "?")
+    B.append(("h", 2, f"Summary: {sig} RMS"))
+    B.append(("p", f"Fitted signal: **{sig}**; headline model: **{head_model}**. RMS over all "
+                   f"joints and samples of predicted minus measured {sig} [N*m]."))
+    rms, ex = metrics.get("rms", {}), metrics.get("export", {})
+    rows = []
+    for traj in ("excitation", "validation"):
+        r = rms.get(traj, {})
+        if not r:
+            continue
+        rows.append([traj] + [_fmt(r.get(m, {}).get("overall")) for m in ("simplified", "improved")]
+                    + [_fmt(ex.get("rms", {}).get(traj, {}).get("overall"))])
+    B.append(("table", ["trajectory", "simplified [N*m]", "improved [N*m]",
+                        "exported model [N*m]"], rows))
+    if ex.get("written"):
+        B.append(("p", "Exported model: `identified.urdf` + `identified_joints.yaml` ("
+                       + str(ex.get("formula", "")) + f"); from the {ex.get('source', '?')}."))
+    else:
+        B.append(("p", f"**No identified.urdf written**: {ex.get('reason') or 'see messages'}."))
     return B
 
 

@@ -171,6 +171,16 @@ class Export:
     consistent: object | None = None
     consistent_signal: str | None = None
     prior: Prior | None = None
+    # the exported model (URDF + identified_joints.yaml) and what it predicts (issue 14):
+    # joint_terms: identify.model.joint_sidecar.JointTerms; signal: name of the predicted signal;
+    # predictions / rms: trajectory -> (N, n) / RmsFigure of RNEA(URDF) + joint terms;
+    # physical: the inertials can be written as a URDF; reason: why not (None when physical)
+    joint_terms: object | None = None
+    signal: str | None = None
+    predictions: dict = field(default_factory=dict)
+    rms: dict = field(default_factory=dict)
+    physical: bool = False
+    reason: str | None = None
 
 
 @dataclass
@@ -186,6 +196,20 @@ class Identification:
     export: Export | None
     prior: Prior
     warnings: list = field(default_factory=list)
+    signal: str = "tau_m"                # fitted signal of the headline model: tau_m | tau_j
+    spec: object | None = None           # identification settings actually used (autos resolved)
+    from_logs: bool = False
+
+    @property
+    def signal_name(self) -> str:
+        """'joint torque' or 'motor torque η·β·i' (identify.scenario.signals)."""
+        from identify.scenario.signals import SIGNAL_NAMES
+        return SIGNAL_NAMES[self.signal]
+
+    @property
+    def headline_model(self) -> str:
+        """The model whose RMS the run is judged by: improved when fitted, else simplified."""
+        return "improved" if self.fits.improved is not None else "simplified"
     delays: dict = field(default_factory=dict)   # trajectory -> estimation.delay.DelayEstimate
 
     # read-only shortcuts used by plots, sweeps and tests

@@ -22,6 +22,8 @@ import numpy as np
 from identify.common.errors import InputError
 from identify.common.fileio import MB, writable_problem, write_json, write_yaml
 from identify.excitation import plots as trajectory_plots
+from identify.common import progress
+from identify.model.joint_sidecar import write_sidecar
 from identify.model.urdf_export import export_urdf
 from identify.scenario.spec import Scenario
 from identify.validation import plots as ident_plots
@@ -177,9 +179,19 @@ def _remove_if_empty(folder: Path) -> None:
         pass
 
 
-def resolved_scenario(scn: Scenario) -> dict:
-    """The scenario as resolved, with the backend's full settings (defaults filled) when known."""
+def resolved_scenario(scn: Scenario, ident: Identification | None = None) -> dict:
+    """The scenario as resolved, with the backend's full settings (defaults filled) when known.
+    With `ident`: the identification settings actually used (``auto`` keys resolved); a fit
+    from logs keeps only the sections that apply (no twin, trajectories, sweep, hardware)."""
     d = scn.resolved()
+    if ident is not None and ident.spec is not None:
+        import dataclasses as _dc
+        d["identification"] = _dc.replace(scn, identification=ident.spec).resolved()[
+            "identification"]
+    if ident is not None and ident.from_logs:
+        for key in ("twin", "trajectories", "sweep", "hardware", "backend"):
+            d.pop(key, None)
+        return d
     if scn.backend == "twin":
         ts = twin_settings(scn)
         if ts is not None:      # else keep what the user wrote
@@ -204,9 +216,11 @@ def _plot_jobs(ident: Identification) -> list:
     vres = ident.validation.result
     for label in vres.rms:
         jobs.append((f"torque_{label}", ident_plots.plot_torque_comparison, (vres, label),
-                     {"title": f"motor torque, {label} trajectory"}))
+                     {"title": f"{ident.signal_name}, {label} trajectory",
+                      "signal": ident.signal_name}))
         if label == "validation" or len(vres.rms) == 1:
-            jobs.append((f"residual_{label}", ident_plots.plot_residuals, (vres, label), {}))
+            jobs.append((f"residual_{label}", ident_plots.plot_residuals, (vres, label),
+                         {"signal": ident.signal_name}))
     if "validation" in vres.decomposition and "improved" in vres.decomposition["validation"]:
         jobs.append(("torque_decomposition_validation", ident_plots.plot_decomposition,
                      (vres, "validation", "improved"), {}))
@@ -253,7 +267,7 @@ def write_run(folder: Path, scn: Scenario, ident: Identification, run: RunInfo, 
     folder = Path(folder)
     out = scn.outputs
     run.messages = list(ident.warnings) + list(run.messages)
-    write_yaml(folder / "scenario.yaml", resolved_scenario(scn))
+    write_yaml(folder / "scenario.yaml", resolved_scenario(scn, ident))
     if trajs:
         for label, (tr, _info) in trajs.items():
             tr.save(folder / "trajectories" / f"{label}.yaml")
@@ -270,8 +284,16 @@ def write_run(folder: Path, scn: Scenario, ident: Identification, run: RunInfo, 
                 ident.model, folder / "identified.urdf", ex.inertial, viscous=ex.viscous,
                 coulomb=ex.coulomb, comment=f"identified by twinid ({scn.name}): {ex.source}",
                 name=f"{ident.model.name}_identified").name
+            if ex.joint_terms is not None:
+                run.files["joint_terms"] = write_sidecar(
+                    folder / "identified_joints.yaml", ex.joint_terms,
+                    urdf="identified.urdf").name
         except ValueError as exc:
-            run.messages.append(f"URDF export skipped: {exc}")
+            ex.reason = ex.reason or str(exc)
+    if out.urdf and run.files.get("urdf") is None:
+        why = ex.reason if ex is not None and ex.reason else "no model was fitted"
+        run.messages.append(f"no identified.urdf written: {why}")
+        progress.message(f"no identified.urdf written: {why}")
     run.files["plots"] = []     # the report embeds exactly these (never a previous run's)
     if out.plots:
         t0 = time.perf_counter()

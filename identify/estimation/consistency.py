@@ -36,6 +36,15 @@ D(p) = sum_k ((p_k - prior_k) / c_k)^2 with c_k = max(|prior_k|, floor of its ki
 * no prior: chi^2 + 1e-9 * D(p) with prior 0, i.e. the best consistent fit, the vanishing
   regularization only making the solution unique.
 
+Estimator (``estimator``, the scenario's ``identification.estimator``): "wls" weights joint j by
+1/sigma_j as above; "ols" uses one weight for all joints (the pooled residual std, so the chi^2
+scale is unchanged); "ridge" uses the WLS weights and adds lambda ||D E (p - prior)||^2 to the
+data term (D: column norms of the weighted base regressor, lambda at the L-curve corner of that
+system as in :class:`~identify.estimation.estimators.Ridge`) and then returns the minimizer of
+that penalized objective (one SDP; the prior's vanishing 1e-9 weight only fixes the directions
+the data cannot see). On a well-conditioned problem lambda is tiny and ridge equals wls; on a
+poorly excited one it pulls the identified combinations towards the prior.
+
 After solving, each J_i is projected onto the PSD cone (negative eigenvalues of order the solver
 tolerance clipped to 0) and constrained joint terms clipped at 0, so the returned parameters
 satisfy the constraints exactly.
@@ -45,8 +54,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg as sla
 
-from .estimators import (_dof_per_joint, _joint_sandwich, _one_blas_thread, _qr_solve,
-                         integrated_autocorr_time, qr_r, stack_system)
+from .estimators import (_dof_per_joint, _one_blas_thread, check_identifiable,
+                         integrated_autocorr_time, lcurve_corner, stack_system)
 from identify.model.friction import check_terms, column_names
 from identify.model.spatial import pseudo_inertia
 
@@ -115,7 +124,10 @@ class ConsistentFit:
 
     def __init__(self, model, base, terms=("viscous", "coulomb"), prior=None,
                  prior_weight: float | None = None, sigma=None, solver: str = "CLARABEL",
-                 chi2_slack: float = 1.0):
+                 chi2_slack: float = 1.0, estimator: str = "wls"):
+        if estimator not in ("ols", "wls", "ridge"):
+            raise ValueError(f"ConsistentFit estimator must be ols, wls or ridge, got {estimator!r}")
+        self.estimator = estimator
         self.model = model
         self.base = base
         self.terms = check_terms(terms)
@@ -166,52 +178,92 @@ class ConsistentFit:
         if W_full.ndim != 3 or W_full.shape[1:] != (self.n, self.p_full):
             raise ValueError(f"W_full has shape {W_full.shape}, expected (N, {self.n}, "
                              f"{self.p_full}) for {self.n} joints and terms {list(self.terms)}")
-        base_names = list(getattr(self.base, "names", [f"b{k + 1}" for k in
-                                                       range(len(self.base.independent))]))
         _check_full_finite(W_full, names)
-        Wb = W_full[..., np.asarray(self.base.independent)]
-        A, b, N, n, _ = stack_system(Wb, y, base_names, joint_names)
-        M, nb = A.shape
-        dof = _dof_per_joint(N, n, nb)
+        y = np.asarray(y, dtype=float)
+        if y.shape != W_full.shape[:2]:
+            raise ValueError(f"y has shape {y.shape}, expected {W_full.shape[:2]} to match W_full "
+                             f"{W_full.shape} (N samples, n joints, p parameters)")
+        stack_system(W_full[:1], y[:1], None, joint_names)          # joint-name checks
+        return self._fit(lambda: iter([(W_full, y)]))
 
+    @_one_blas_thread
+    def fit_blocks(self, blocks) -> "ConsistentFit":
+        """The same fit from row blocks: `blocks()` -> iterator of (W_full (B, n, p_full),
+        y (B, n)) in time order (called twice; long logs, identify.estimation.streaming)."""
+        return self._fit(blocks)
+
+    def _fit(self, blocks) -> "ConsistentFit":
+        from .streaming import JointFactors
+        names = self._names()
+        idx = np.asarray(self.base.independent)
+        base_names = list(getattr(self.base, "names", [f"b{k + 1}" for k in range(len(idx))]))
+        n, nb = self.n, len(idx)
+        fac = JointFactors(n, nb)
+        for Wf, yb in blocks():
+            Wf = np.asarray(Wf, dtype=float)
+            if Wf.shape[1:] != (n, self.p_full):
+                raise ValueError(f"W_full block has shape {Wf.shape}, expected (B, {n}, "
+                                 f"{self.p_full})")
+            _check_full_finite(Wf, names)
+            fac.add(Wf[..., idx], yb)
+        N = fac.N
+        M = N * n
+        dof = _dof_per_joint(N, n, nb)
         if self.sigma is None:
-            p1, _ = _qr_solve(A, b, base_names)
-            e1 = (b - A @ p1).reshape(N, n)
-            sig = np.sqrt(np.sum(e1 ** 2, axis=0) / dof)
+            R1, z1, _ = fac.combined(np.ones(n))
+            check_identifiable(R1 if M >= nb else np.zeros((M, nb)), base_names, R=R1)
+            p1 = sla.solve_triangular(R1, z1, check_finite=False)
+            sig = np.sqrt(fac.rss(p1) / dof)
         else:
             sig = np.broadcast_to(np.asarray(self.sigma, dtype=float), (n,)).copy()
             if np.any(~np.isfinite(sig)) or np.any(sig <= 0):
                 raise ValueError(f"sigma must be finite and > 0 per joint, got {sig}")
         # floor: 10 ppm of the joint's torque RMS (noise-free data would give weights ~1e12 and
         # an SDP too badly scaled to solve; no torque measurement is that precise)
-        y_rms = np.sqrt(np.mean(b.reshape(N, n) ** 2, axis=0))
+        y_rms = np.sqrt(np.array([float(np.sum(R[:, nb] ** 2)) for R in fac.R]) / N)
         floor = np.where(y_rms > 0, 1e-5 * y_rms, 1.0)
         sig = np.maximum(sig, floor)
+        if self.estimator == "ols":            # one weight for all joints: ordinary LS
+            sig = np.full(n, float(np.sqrt(np.mean(sig ** 2))))
         w = 1.0 / sig
-        Aw = (A.reshape(N, n, nb) * w[None, :, None]).reshape(M, nb)
-        bw = (b.reshape(N, n) * w[None, :]).reshape(M)
-        Rb = qr_r(np.column_stack([Aw, bw]))
-        R, z = Rb[:nb, :nb], Rb[:nb, nb]
-        r2 = float(Rb[nb, nb] ** 2) if Rb.shape[0] > nb else 0.0
+        R, z, r2 = fac.combined(w)
         beta_u = sla.solve_triangular(R, z, check_finite=False)
-        ewj = (bw - Aw @ beta_u).reshape(N, n)
+        ewj = np.empty((N, n))                 # weighted residuals of the unconstrained fit
+        k = 0
+        for Wf, yb in blocks():
+            B = Wf.shape[0]
+            ewj[k:k + B] = (np.asarray(yb, float) - Wf[..., idx] @ beta_u) * w
+            k += B
         tau = integrated_autocorr_time(ewj)          # as WLS(serial="auto")
+        G = sum((tau[j] * np.sum(ewj[:, j] ** 2) / dof) * w[j] ** 2 * fac.gram(j)
+                for j in range(n))
+        Rinv = sla.solve_triangular(R, np.eye(nb), check_finite=False)
         self.wls_base_params_ = beta_u
-        self.wls_base_cov_ = _joint_sandwich(Aw, R, N, n, tau * np.sum(ewj ** 2, axis=0) / dof)
+        P = Rinv @ Rinv.T                       # (A~^T A~)^-1
+        self.wls_base_cov_ = P @ G @ P
         self.tau_int_ = tau
         self.wls_chi2_ = r2
         self.weights_ = w
-
+        del ewj
+        self.ridge_lambda_ = None
+        ridge = None
+        if self.estimator == "ridge":
+            D = np.sqrt(np.sum(R ** 2, axis=0))       # column norms of the weighted rows
+            D = np.where(D > 0, D, 1.0)
+            U, s_, Vt = np.linalg.svd(R / D)
+            keep = s_ > max(M, nb) * np.finfo(float).eps * s_[0]
+            lam = lcurve_corner(s_[keep], (U.T @ z)[keep], r2)[0]
+            self.ridge_lambda_ = float(lam)
+            ridge = (lam, D)
         theta, status = self._solve(R @ np.asarray(self.base.E, dtype=float), z, M,
-                                    float(np.mean(tau)))
+                                    float(np.mean(tau)), ridge=ridge)
         theta = self._project(theta)
         self.params_ = theta
         self.base_params_ = np.asarray(self.base.E) @ theta
-        e = (b - A @ self.base_params_).reshape(N, n)
-        ew = e * w[None, :]
-        self.chi2_ = float(np.sum(ew ** 2))
-        self.sigma2_ = np.sum(e ** 2, axis=0) / dof
-        self.residual_rms_ = np.sqrt(np.mean(e ** 2, axis=0))
+        rss = fac.rss(self.base_params_)
+        self.chi2_ = float(np.sum(rss * w ** 2))
+        self.sigma2_ = rss / dof
+        self.residual_rms_ = np.sqrt(rss / N)
         self.min_eig_ = consistency_report(theta, self.n, self.terms)["min_eig"]
         self.status_ = status
         self.names_ = names
@@ -250,19 +302,26 @@ class ConsistentFit:
                                f"{prob.status!r}")
         return np.asarray(theta.value, dtype=float), prob.status
 
-    def _solve(self, RE: np.ndarray, z: np.ndarray, n_rows: int, tau_mean: float = 1.0):
-        """Minimize over consistent p: ||RE p - z||^2 (= chi^2 - const) [+ prior terms]."""
+    def _solve(self, RE: np.ndarray, z: np.ndarray, n_rows: int, tau_mean: float = 1.0,
+               ridge=None):
+        """Minimize over consistent p: ||RE p - z||^2 (= chi^2 - const) [+ prior terms]
+        [+ lambda ||D E (p - prior)||^2 with ridge = (lambda, D)]."""
         import cvxpy as cp
 
         # scale the whole objective by s^2 = 1/M (argmin unchanged): the weighted residual mean
         # square is O(1); the prior term is scaled alike, so weights keep their chi^2 meaning
         s = 1.0 / np.sqrt(n_rows)
-        closest = self.prior is not None and self.prior_weight is None
+        closest = self.prior is not None and self.prior_weight is None and ridge is None
         prior = self.prior if self.prior is not None else np.zeros(self.p_full)
         c = self._prior_scale(prior)
-        w = 1e-9 if (self.prior is None or closest) else self.prior_weight
+        w = 1e-9 if (self.prior is None or closest or ridge is not None) else self.prior_weight
         theta = self._theta()
         obj = cp.sum_squares((s * RE) @ theta - s * z)
+        if ridge is not None:
+            lam, D = ridge
+            DE = D[:, None] * np.asarray(self.base.E, dtype=float)
+            obj = obj + cp.sum_squares((s * np.sqrt(lam) * DE) @ theta
+                                       - s * np.sqrt(lam) * (DE @ prior))
         if w > 0:
             obj = obj + (w * s ** 2) * cp.sum_squares(cp.multiply(1.0 / c, theta - prior))
         th1, status = self._run(cp.Problem(cp.Minimize(obj)), theta)

@@ -128,21 +128,92 @@ def coulomb_column(d, n: int, coulomb_eps: float = 0.0) -> np.ndarray | None:
     return out
 
 
-def design_from(model, base, d, *, terms=("viscous", "coulomb"), coulomb_eps: float = 0.0
-                ) -> tuple[np.ndarray, list[str]]:
+def design_from(model, base, d, *, terms=("viscous", "coulomb"), coulomb_eps: float = 0.0,
+                blocks: bool = False) -> tuple[np.ndarray, list[str]]:
     """:func:`design_matrix` of processed data `d` (q, qd, qdd and, if `d` carries the filter
     chain, the parallel-filtered Coulomb column of :func:`coulomb_column`). This is the design
-    the joint models use; share it between them via ``fit(d, W)`` / ``predict(d, W)``."""
+    the joint models use; share it between them via ``fit(d, W)`` / ``predict(d, W)``.
+    With ``blocks=True`` a design larger than BLOCK_BYTES comes back as a :class:`BlockDesign`
+    (built row block by row block when used)."""
+    if blocks and is_large(model, base, d, terms):
+        return BlockDesign(model, base, d, terms, coulomb_eps), \
+            design_matrix_names(model, base, terms)
     q, qd, qdd = _states(d, model.n)
     return design_matrix(model, base, q, qd, qdd, terms=terms, coulomb_eps=coulomb_eps,
                          coulomb=(coulomb_column(d, model.n, coulomb_eps)
                                   if "coulomb" in tuple(terms) else None))
 
 
+#: designs larger than this [bytes] are built and used in row blocks (long logs)
+BLOCK_BYTES = 256 * 2 ** 20
+
+
+class BlockDesign:
+    """A design too large to hold (N x n x p x 8 bytes > BLOCK_BYTES): the processed data and
+    how to build any row block of it (:func:`design_matrix` on a slice, with the slice of the
+    parallel-filtered Coulomb column). ``shape`` is the full design's; :meth:`blocks` yields
+    (slice, W_block); ``W @ params`` predicts block by block."""
+
+    def __init__(self, model, base, d, terms, coulomb_eps: float):
+        from identify.model.friction import column_names
+        self.model, self.base, self.d = model, base, d
+        self.terms, self.coulomb_eps = tuple(terms), float(coulomb_eps)
+        q, self._qd, self._qdd = _states(d, model.n)
+        self._q = q
+        self._coulomb = (coulomb_column(d, model.n, coulomb_eps)
+                         if "coulomb" in self.terms else None)
+        p = len(design_matrix_names(model, base, self.terms))
+        self.shape = (q.shape[0], model.n, p)
+        self.ndim = 3
+
+    def blocks(self):
+        from .streaming import row_blocks
+        for sl in row_blocks(self.shape[0]):
+            yield sl, design_matrix(self.model, self.base, self._q[sl], self._qd[sl],
+                                    self._qdd[sl], terms=self.terms,
+                                    coulomb_eps=self.coulomb_eps,
+                                    coulomb=None if self._coulomb is None else self._coulomb[sl])[0]
+
+    def __matmul__(self, params):
+        from identify.common.blas import single_thread_blas
+        out = np.empty(self.shape[:2])
+        with single_thread_blas():      # small products: threads only contend
+            for sl, W in self.blocks():
+                out[sl] = W @ params
+        return out
+
+    def cond(self) -> float:
+        """cond of the stacked design (from per-block R factors; cached)."""
+        if getattr(self, "_cond", None) is not None:
+            return self._cond
+        R = np.zeros((0, self.shape[2]))
+        for _sl, W in self.blocks():
+            R = np.linalg.qr(np.vstack([R, W.reshape(-1, self.shape[2])]), mode="r")
+        self._cond = float(np.linalg.cond(R))
+        return self._cond
+
+
+def is_large(model, base, d, terms) -> bool:
+    """True when the design of `d` exceeds BLOCK_BYTES (use :class:`BlockDesign`)."""
+    N = np.shape(getattr(d, "q"))[0]
+    p = len(design_matrix_names(model, base, tuple(terms)))
+    # the full regressor (10n columns) is built before the base reduction
+    return N * model.n * max(p, 10 * model.n) * 8 > BLOCK_BYTES
+
+
+def design_cond(W) -> float:
+    """cond of a design (N, n, p) or a :class:`BlockDesign`."""
+    if isinstance(W, BlockDesign):
+        return W.cond()
+    return float(np.linalg.cond(W.reshape(-1, W.shape[-1])))
+
+
 def _given_design(obj, d, W):
     """Design of `d` for a fitted/unfitted model `obj`: computed, or the caller's W checked."""
     if W is None:
         return obj.design(d)
+    if isinstance(W, BlockDesign):
+        return W
     W = np.asarray(W, dtype=float)
     q = _channel(d, "q", obj.model.n)
     p = len(design_matrix_names(obj.model, obj.base, obj.terms))

@@ -56,7 +56,7 @@ import numpy as np
 from . import signal as sig
 from identify.backend.recording import Recording
 
-_VELOCITY_SOURCES = ("encoder", "command")
+_VELOCITY_SOURCES = ("encoder", "command", "log", "differentiate")
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,10 @@ class ProcessingSettings:
             ("smoothing of the torques"); when on, the positions are smoothed alike.
         velocity: "encoder" -- differentiate the measured link position q (paper); "command" --
             use the commanded trajectory (analytic derivatives if `process` gets `trajectory=`,
-            else differences of `q_cmd`); q itself is then the commanded position too.
+            else differences of `q_cmd`); q itself is then the commanded position too;
+            "log" -- the recording's own velocity channel ``qd`` (a log's mapped qd column),
+            filtered like the positions, qdd its central difference; "differentiate" -- the same
+            as "encoder" (the name used for logs).
         butter_order: Butterworth order (default 4). Applied forward-backward (zero phase).
         butter_cutoff_hz: low-pass cutoff [Hz] (default 10 Hz: the paper's 5-harmonic, 0.05 Hz
             Fourier excitation stays far below it, encoder/torque noise and drive-compliance
@@ -229,7 +232,8 @@ class FilterChain:
         x = np.asarray(x)
         if self.trim > 0:
             x = sig.trim(x, self.trim)
-        return sig.decimate(x, self.decimate) if self.decimate > 1 else x
+        # a contiguous copy: a strided view would keep the full-rate array alive (long logs)
+        return np.ascontiguousarray(sig.decimate(x, self.decimate)) if self.decimate > 1 else x
 
     def apply(self, x: np.ndarray, what: str = "columns") -> np.ndarray:
         """:meth:`lowpass` then :meth:`select`: (n_full, ...) -> (N, ...) like the torques.
@@ -381,6 +385,11 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
         chans["q"] = rec.q_cmd
     elif not use_cmd:
         chans["q"] = rec.q
+    if ps.velocity == "log":
+        if rec.qd is None:
+            raise ValueError("velocity='log' needs the recording's qd channel (map a qd column, "
+                             "or use velocity: differentiate)")
+        chans["qd"] = rec.qd
     for name in ("tau_j", "tau_m"):
         if getattr(rec, name) is not None:
             chans[name] = getattr(rec, name)
@@ -478,6 +487,11 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
             sig.check_finite(a, f"trajectory {what}", names)
         q, qd, qdd = lowpass(qa), lowpass(qda), lowpass(qdda)
         steps.append("analytic derivatives of the commanded trajectory")
+    elif ps.velocity == "log":
+        q = lowpass(chans["q"])
+        qd = lowpass(chans["qd"])
+        qdd = deriv(qd)
+        steps.append("velocity from the log's qd channel, acceleration its central difference")
     else:
         q = lowpass(chans["q"])
         qd = deriv(q)

@@ -2,7 +2,8 @@
 Coulomb and viscous friction fitted to the motor torque, the drive's losses lumped in."""
 from __future__ import annotations
 import numpy as np
-from .design import _channel, _check_fitted, _given_design, _make_estimator, design_from, design_matrix_names
+from .design import (BlockDesign, _channel, _check_fitted, _given_design, _make_estimator,
+                     design_from, design_matrix_names)
 
 
 # --------------------------------------------------------------------------------------------
@@ -27,7 +28,7 @@ class SimplifiedModel:
         """(N, n, p) regressor of the simplified model for processed data `d`
         (:func:`design_from`: parallel-filtered Coulomb column if `d` carries the filter chain)."""
         W, _ = design_from(self.model, self.base, d, terms=self.terms,
-                           coulomb_eps=self.coulomb_eps)
+                           coulomb_eps=self.coulomb_eps, blocks=True)
         return W
 
     def fit(self, d, W: np.ndarray | None = None) -> "SimplifiedModel":
@@ -38,8 +39,17 @@ class SimplifiedModel:
         W = _given_design(self, d, W)
         names = design_matrix_names(self.model, self.base, self.terms)
         tau_m = _channel(d, "tau_m", n, W.shape[0])
-        self.estimator_ = _make_estimator(self.estimator).fit(
-            W, tau_m, names=names, joint_names=list(self.model.joint_names))
+        if isinstance(W, BlockDesign):          # long logs: least squares in row blocks
+            from .streaming import fit_blocks
+            if not isinstance(self.estimator, str):
+                raise ValueError("a design too large for memory needs estimator ols | wls | ridge")
+            self.estimator_ = fit_blocks(lambda: ((Wb, tau_m[sl]) for sl, Wb in W.blocks()),
+                                         n, W.shape[2], self.estimator.lower(), names)
+            fac = self.estimator_.factors_              # cond of the design, for free
+            W._cond = float(np.linalg.cond(fac.combined(np.ones(n))[0]))
+        else:
+            self.estimator_ = _make_estimator(self.estimator).fit(
+                W, tau_m, names=names, joint_names=list(self.model.joint_names))
         self.params_ = np.asarray(self.estimator_.params_, dtype=float)
         self.std_ = np.asarray(self.estimator_.std_, dtype=float)
         self.names_ = list(names)

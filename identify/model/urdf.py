@@ -44,6 +44,9 @@ class Chain:
         q_min, q_max, qd_max, tau_max: (n,) limits from <limit> (inf where absent/continuous).
         damping, friction: (n,) values of <dynamics> (0 where absent).
         source: path of the file read.
+        bodies: (n + 1,) names of the URDF links merged into each body (body 0 = the base, body
+            i = the body moved by joint i, its first entry the joint's child link). Links without
+            ``<inertial>`` (frames such as ``tool0``, ``flange``) count as mass 0.
     """
 
     name: str
@@ -60,6 +63,7 @@ class Chain:
     damping: np.ndarray = field(default_factory=lambda: np.zeros(0))
     friction: np.ndarray = field(default_factory=lambda: np.zeros(0))
     source: str = ""
+    bodies: list = field(default_factory=list)
 
 
 def _floats(text: str | None, n: int, default: float, where: str) -> np.ndarray:
@@ -200,10 +204,11 @@ def load_chain(path: str | os.PathLike, joints: list[str] | None = None) -> Chai
         parts = []
         for ln, T in body_links[b]:
             p = _link_params(links[ln], f"{path}: link {ln!r}")
-            if p is None:
-                raise URDFError(f"{path}: link {ln!r} (moved by joint "
-                                f"{chain_joints[b - 1].get('name')!r}) has no <inertial>")
+            if p is None:       # a massless frame (tool0, flange, sensor frames): mass 0
+                continue
             parts.append((T, p))
+        if not parts:
+            continue            # a body of frames only: all parameters 0
         params[b - 1] = combine_inertials(parts)
 
     axes = np.zeros((n, 3))
@@ -243,7 +248,8 @@ def load_chain(path: str | os.PathLike, joints: list[str] | None = None) -> Chai
                  link_names=[j.find("child").get("link") for j in chain_joints], base_link=base,
                  placements=np.array(placements), axes=axes, params=params, q_min=q_min,
                  q_max=lim["q_max"], qd_max=lim["qd_max"], tau_max=lim["tau_max"],
-                 damping=damping, friction=friction, source=str(path))
+                 damping=damping, friction=friction, source=str(path),
+                 bodies=[[ln for ln, _T in body] for body in body_links])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -131,11 +131,33 @@ class HardwareSpec:
 
 @dataclass(frozen=True)
 class IdentificationSpec:
-    joint_model: Literal["simplified", "improved", "both"] = _f("both", doc="which joint model(s)")
-    estimator: Literal["ols", "wls", "ridge"] = _f("wls", doc="least-squares estimator")
-    physical_consistency: bool = _f(False, doc="also fit physically consistent full parameters")
+    joint_model: Literal["auto", "simplified", "improved", "both"] = _f(
+        "auto", doc="which joint model(s): auto fits what the signals allow (joint torque and "
+                    "motor torque: both; motor torque only: simplified, rigid body + friction on "
+                    "eta*beta*i; joint torque only: rigid body + friction on the joint torque); an "
+                    "explicit choice the data cannot support is refused at load")
+    estimator: Literal["ols", "wls", "ridge"] = _f(
+        "wls", doc="least-squares estimator, also used by the physically consistent fit (ols: "
+                   "unit weights; wls: per-joint weights 1/sigma_j; ridge: wls weights plus a "
+                   "pull towards the prior with the L-curve's lambda)")
+    physical_consistency: Union[bool, Literal["auto"]] = _f(
+        "auto", doc="fit physically consistent full parameters (SDP); auto: on for logs (so the "
+                    "exported URDF is physical), off on the twin")
     friction_terms: tuple[Literal["viscous", "coulomb", "offset", "armature"], ...] = _f(
-        ("viscous", "coulomb"), min_len=1, doc="friction columns of the rigid-body fit")
+        ("viscous", "coulomb"), min_len=1, doc="friction columns of the rigid-body fit "
+                                               "(offset / armature are added by the keys below)")
+    offset: Union[bool, Literal["auto"]] = _f(
+        "auto", doc="per-joint torque offset [N*m] (sensor / current offsets); auto: on for logs, "
+                    "off on the twin")
+    armature: Union[bool, Literal["auto"]] = _f(
+        "auto", doc="per-joint reflected rotor inertia [kg*m^2] times qdd; auto: on for logs "
+                    "fitted on the motor torque, off otherwise (a joint torque sensor sits "
+                    "after the gear)")
+    coulomb_shape: Literal["auto", "sign", "tanh"] = _f(
+        "auto", doc="Coulomb friction shape: sign(qd) or tanh(qd / coulomb_velocity_scale); auto: "
+                    "tanh for logs, sign on the twin")
+    coulomb_velocity_scale: float = _f(0.02, gt=0.0, max=10.0,
+                                       doc="velocity scale of the tanh Coulomb shape [rad/s]")
     improved_friction_term: Literal["auto", "linear", "opposing", "both"] = _f(
         "auto", doc="reducer friction of the improved model (stage 2): linear (the paper's "
                     "a1*tau_m), opposing (always opposes motion), both, or auto (the variant with "
@@ -184,9 +206,11 @@ class SweepSpec:
 @dataclass(frozen=True)
 class ColumnMap:
     """Where each signal is in a log. Entries: a column index (CSV, 0-based), a column name (CSV
-    with header), or an array key (NPZ; a 2-D (N, n) array, or a list of n 1-D array keys)."""
-    time: Union[int, str] = _f(doc="time stamps column/key")
-    q: Union[str, tuple[Union[int, str], ...]] = _f(doc="joint positions (n columns or one 2-D key)")
+    with header), an array key (NPZ; a 2-D (N, n) array, or a list of n 1-D array keys), or a
+    file name next to the log (format text: one value per line, n lines per sample)."""
+    time: Union[None, int, str] = _f(None, doc="time stamps column/key (text: file; none: use rate_hz)")
+    q: Union[None, str, tuple[Union[int, str], ...]] = _f(
+        None, doc="joint positions (n columns or one 2-D key); required unless a preset gives it")
     qd: Union[None, str, tuple[Union[int, str], ...]] = _f(None, doc="joint velocities (optional)")
     tau_j: Union[None, str, tuple[Union[int, str], ...]] = _f(None, doc="joint torque sensors")
     i_m: Union[None, str, tuple[Union[int, str], ...]] = _f(None, doc="motor currents")
@@ -195,18 +219,30 @@ class ColumnMap:
 
 @dataclass(frozen=True)
 class LogSpec:
-    """A recording made elsewhere: our NPZ recording, or a CSV / NPZ log with a column map."""
-    file: Path = _f(file=True, doc="the log file")
-    format: Literal["auto", "recording", "csv", "npz"] = _f("auto", doc="file format (auto: by content)")
-    columns: Optional[ColumnMap] = _f(None, doc="column mapping (required for csv / npz logs)")
-    header: bool = _f(False, doc="CSV: the first row holds column names")
-    delimiter: str = _f(",", doc="CSV field separator")
+    """A recording made elsewhere: our NPZ recording, or a CSV / NPZ / text log with a column map."""
+    file: Optional[Path] = _f(None, file=True, doc="the log file (or pass --log / --validation-log)")
+    format: Literal["auto", "recording", "csv", "npz", "text"] = _f(
+        "auto", doc="file format (auto: by content; text: one file per signal, one value a line)")
+    preset: Optional[Literal["ur_rtde", "libfranka", "text_per_signal"]] = _f(
+        None, doc="named column map of a logging tool (docs/cli.md); columns given override it")
+    columns: Optional[ColumnMap] = _f(None, doc="column mapping (required for csv / npz logs "
+                                                "without a preset)")
+    header: Optional[bool] = _f(None, doc="CSV: the first row holds column names (default: "
+                                          "true with a preset or named columns)")
+    delimiter: str = _f("auto", doc="CSV field separator (auto: from the first line)")
     time_scale: float = _f(1.0, gt=0.0, doc="multiply time stamps by this to get seconds")
     position_unit: Literal["rad", "deg"] = _f("rad", doc="unit of q (and qd per second)")
     current_gains: Optional[tuple[float, ...]] = _f(
         None, doc="per joint N*m/A at the link (eta*beta); default: from arm.drives")
-    window_s: Optional[tuple[float, float]] = _f(None, len=2, doc="[start, stop] time window [s]")
+    window_s: Optional[tuple[float, float]] = _f(
+        None, len=2, doc="[start, stop] window in seconds from the log's first time stamp")
+    window_t: Optional[tuple[float, float]] = _f(
+        None, len=2, doc="[start, stop] window in the log's own time stamps (after time_scale) [s]")
+    window_rows: Optional[tuple[int, int]] = _f(
+        None, len=2, doc="[first, stop) window of 0-based data rows (samples)")
     rate_hz: Optional[float] = _f(None, gt=0.0, doc="resampling rate (default: median rate)")
+    check_units: bool = _f(True, doc="refuse logs whose units look wrong (degrees read as "
+                                     "radians, milliseconds read as seconds, absurd current gains)")
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,8 @@ def _models(res, trajectory, models) -> list:
     return models
 
 
-def plot_torque_comparison(res, trajectory: str, path, models=None, title: str | None = None
-                           ) -> Path:
+def plot_torque_comparison(res, trajectory: str, path, models=None, title: str | None = None,
+                           signal: str = "motor torque") -> Path:
     """Measured vs predicted motor torque per joint (one panel per joint), both models.
 
     Args:
@@ -94,10 +94,10 @@ def plot_torque_comparison(res, trajectory: str, path, models=None, title: str |
                 ax.plot(td, pd, label=f"{MODEL_LABELS.get(m, m)} (RMS {r:.3f})",
                         **_STYLE.get(m, {}))
             ax.set_title(res.joint_names[j], fontsize=9, y=1.0, pad=3)
-            ax.set_ylabel("motor torque [N·m]", fontsize=8)
+            ax.set_ylabel(f"{signal} [N·m]", fontsize=8)
             ax.legend(fontsize=6, loc="upper right")
             ax.grid(alpha=0.3)
-        fig.suptitle(title or f"{trajectory}: measured vs predicted motor torque "
+        fig.suptitle(title or f"{trajectory}: measured vs predicted {signal} "
                               f"(overall RMS: {ov} N·m)", fontsize=9)
         out = figures.save(fig, figures.page_path(path, k))
         if k == 0:
@@ -105,7 +105,7 @@ def plot_torque_comparison(res, trajectory: str, path, models=None, title: str |
     return first
 
 
-def plot_residuals(res, trajectory: str, path, models=None) -> Path:
+def plot_residuals(res, trajectory: str, path, models=None, signal: str = "motor torque") -> Path:
     """Residual (predicted - measured) motor torque per joint over time [s] (panels sharing
     their time axis), and below them a histogram of all residuals per model (its own axis)."""
     _check_traj(res, trajectory)
@@ -137,7 +137,7 @@ def plot_residuals(res, trajectory: str, path, models=None) -> Path:
             hist.set_title("residual distribution", fontsize=9, y=1.0, pad=3)
             hist.tick_params(labelsize=7)
             hist.legend(fontsize=6)
-        fig.suptitle(f"{trajectory}: motor-torque residuals", fontsize=9)
+        fig.suptitle(f"{trajectory}: {signal} residuals", fontsize=9)
         out = figures.save(fig, figures.page_path(path, k))
         if k == 0:
             first = out

@@ -1,0 +1,101 @@
+"""Unit guards: a log whose numbers are plausible only in another unit is refused (LogError,
+exit 2) with the probable cause and the scenario key that fixes it. Checked on the SI arrays
+after the import's unit conversion; ``fit.*.check_units: false`` turns them off.
+
+| symptom | probable cause | key |
+|---|---|---|
+| positions beyond the URDF limits by more than max(0.5 rad, 25 % of the range) | degrees read as radians | ``position_unit: deg`` |
+| positions beyond the limits by less | the arm's zero differs from the URDF's, or wrong joints | (warning) |
+| sample rate < 10 Hz or > 100 kHz | milliseconds / microseconds / nanoseconds read as seconds, or the reverse | ``time_scale`` |
+| 99th-percentile motor torque > 5x the URDF effort limit, or 50x away from the URDF's gravity torque on half of the joints | current gains in the wrong unit (mA, or per motor side) | ``current_gains`` |
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .readers import LogError
+
+_RATE_RANGE = (10.0, 1.0e5)
+_SCALES = (1e-3, 1e-6, 1e-9, 1e3)
+
+
+def check_time(t: np.ndarray, time_scale: float, where: str) -> None:
+    """Refuse an implausible sample rate, suggesting the time_scale that gives a plausible one."""
+    dt = np.diff(t)
+    dt = dt[dt > 0]
+    if dt.size == 0:
+        return
+    rate = 1.0 / float(np.median(dt))
+    if _RATE_RANGE[0] <= rate <= _RATE_RANGE[1]:
+        return
+    good = [s for s in _SCALES if _RATE_RANGE[0] <= rate / s <= _RATE_RANGE[1]]
+    hint = (f"; the time stamps are probably in other units: set time_scale: "
+            f"{time_scale * good[0]:g}" if good else "")
+    unit = {1e-3: "milliseconds", 1e-6: "microseconds", 1e-9: "nanoseconds", 1e3: "kiloseconds"}
+    cause = f" ({unit[good[0]]} read as seconds?)" if good and good[0] < 1 else ""
+    raise LogError(f"{where}: time: the median sample rate is {rate:.4g} Hz after time_scale "
+                   f"{time_scale:g}, implausible for an arm's log{cause}{hint} "
+                   f"(or check_units: false)")
+
+
+def check_positions(q: np.ndarray, model, position_unit: str, where: str,
+                    warnings: list) -> None:
+    """Positions far beyond the URDF limits: degrees read as radians (refused), a small
+    excess: warned."""
+    lo = np.asarray(model.limits.q_min, float)
+    hi = np.asarray(model.limits.q_max, float)
+    qmin, qmax = q.min(axis=0), q.max(axis=0)
+    span = np.where(np.isfinite(hi - lo), hi - lo, 4 * np.pi)
+    lo = np.where(np.isfinite(lo), lo, -2 * np.pi)
+    hi = np.where(np.isfinite(hi), hi, 2 * np.pi)
+    excess = np.maximum(lo - qmin, qmax - hi)
+    margin = np.maximum(0.5, 0.25 * span)
+    names = list(model.joint_names)
+    far = np.flatnonzero(excess > margin)
+    if far.size:
+        j = int(far[np.argmax(excess[far])])
+        deg = position_unit == "rad" and np.all(np.deg2rad([qmin[j], qmax[j]]) >= lo[j] - margin[j]) \
+            and np.all(np.deg2rad([qmin[j], qmax[j]]) <= hi[j] + margin[j])
+        cause = ("; the log is probably in degrees: set position_unit: deg" if deg else
+                 "; check the column map (is this column a position?) and position_unit")
+        raise LogError(f"{where}: q of joint {names[j]} spans {qmin[j]:.4g}..{qmax[j]:.4g} rad, "
+                       f"beyond the URDF limits [{lo[j]:.4g}, {hi[j]:.4g}] by {excess[j]:.3g} rad"
+                       f"{cause} (or check_units: false)")
+    near = np.flatnonzero(excess > 1e-3)
+    for j in near:
+        warnings.append(f"{where}: q of joint {names[j]} exceeds the URDF limits by "
+                        f"{excess[j]:.3g} rad (zero offset of the arm vs the URDF?)")
+
+
+def check_torque(tau_m: np.ndarray, rigid: np.ndarray | None, model, where: str,
+                 from_currents: bool) -> None:
+    """Motor torques (eta*beta*i) absurd against the effort limits or the rigid-body torque."""
+    if tau_m is None:
+        return
+    names = list(model.joint_names)
+    p99 = np.percentile(np.abs(tau_m), 99, axis=0)
+    key = "current_gains (eta*beta [N*m/A] per joint, link side)" if from_currents \
+        else "the tau_m column map"
+    eff = np.asarray(model.limits.tau_max, float)
+    bad = np.flatnonzero(np.isfinite(eff) & (eff > 0) & (p99 > 5 * eff))
+    if bad.size:
+        j = int(bad[0])
+        raise LogError(f"{where}: motor torque of joint {names[j]}: 99th percentile "
+                       f"{p99[j]:.4g} N*m is {p99[j] / eff[j]:.3g}x the URDF effort limit "
+                       f"{eff[j]:.4g} N*m; check {key} (currents in mA? gains motor side?) "
+                       f"(or check_units: false)")
+    if rigid is None:
+        return
+    r = np.sqrt(np.mean(rigid ** 2, axis=0))
+    m = np.sqrt(np.mean(tau_m ** 2, axis=0))
+    ok = r > 1e-3 * max(float(r.max()), 1e-12)
+    ratio = np.where(ok, m / np.where(ok, r, 1.0), 1.0)
+    # wrist joints can legitimately be friction-dominated (10-20x their small gravity torque):
+    # refuse only a factor of 50 on half of the joints with a gravity torque (currents in
+    # mA are 1000x off, motor-side gains ~100x)
+    bad = np.flatnonzero(ok & ((ratio > 50) | (ratio < 0.02)))
+    if bad.size and bad.size >= max(2, int(np.ceil(ok.sum() / 2))):
+        j = int(bad[0])
+        raise LogError(f"{where}: motor torque RMS {m[j]:.4g} N*m of joint {names[j]} is "
+                       f"{ratio[j]:.3g}x the rigid-body torque of the URDF ({r[j]:.4g} N*m) "
+                       f"on the same motion; check {key} (or check_units: false)")
