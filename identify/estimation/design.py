@@ -155,7 +155,6 @@ class BlockDesign:
     (slice, W_block); ``W @ params`` predicts block by block."""
 
     def __init__(self, model, base, d, terms, coulomb_eps: float):
-        from identify.model.friction import column_names
         self.model, self.base, self.d = model, base, d
         self.terms, self.coulomb_eps = tuple(terms), float(coulomb_eps)
         q, self._qd, self._qdd = _states(d, model.n)
