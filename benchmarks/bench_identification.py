@@ -6,7 +6,7 @@
 
 The recording is synthetic but physical (rigid body from RobotModel, link friction, harmonic drive
 with dissipative load friction, compliance, motor friction, sensor noise; see
-tests/test_joint_models.py for the same chain); its generation is not timed.
+tests/estimation/test_joint_models.py for the same chain); its generation is not timed.
 
 Baseline measured in the same run: the same pipeline with the regressor evaluated sample by sample
 (one Python call per sample of the project's CasADi regressor function -- the obvious

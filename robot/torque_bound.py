@@ -15,7 +15,7 @@ so, per sample and joint, with tau_l = RNEA(q, qd, qdd) of the arm WITH its payl
 
 The nominal bound holds for the motor torque of the commanded motion; the position loop adds
 transients around it (stick-slip breakaway at velocity reversals, the compliant mode it excites),
-which the margins cover: on the twin (tests/test_robot_torque_bound.py) the true motor torque
+which the margins cover: on the twin (tests/robot_backend/test_robot_torque_bound.py) the true motor torque
 exceeds the nominal bound by up to ~20 % of it plus one Coulomb level at reversals; the defaults
 (robot.config.SafetyConfig: 25 % and one Coulomb level) keep it under the bound.
 

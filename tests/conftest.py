@@ -16,6 +16,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The tests mirror the code's layout (tests/<stage>/, tests/twin_backend/, tests/robot_backend/;
+# project-wide checks at the top). Shared helpers (golden_runs, robot_fakes, test_twin_helpers,
+# the synthetic generator of test_joint_models) are importable by module name from any folder.
+TESTS = Path(__file__).resolve().parent
+for _d in [TESTS] + sorted(p for p in TESTS.iterdir() if p.is_dir() and p.name != "data"
+                           and not p.name.startswith((".", "__"))):
+    if str(_d) not in sys.path:
+        sys.path.append(str(_d))
+
 
 @pytest.fixture(scope="session")
 def root() -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 
 __all__ = ["single_thread_blas"]
 
@@ -18,26 +19,31 @@ _OPENBLAS_SYMBOLS = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_n
                      ("openblas_get_num_threads", "openblas_set_num_threads"))
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=None)
+def _handle(path: str) -> tuple | None:
+    """(get, set) thread-count functions of the OpenBLAS at `path`, or None."""
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return None
+    for g, s in _OPENBLAS_SYMBOLS:
+        if hasattr(lib, g) and hasattr(lib, s):
+            return getattr(lib, g), getattr(lib, s)
+    return None
+
+
 def _openblas_handles() -> tuple:
-    """(get, set) thread-count functions of every OpenBLAS loaded in this process (Linux; empty
-    elsewhere or for other BLAS libraries)."""
+    """(get, set) thread-count functions of every OpenBLAS loaded in this process NOW (Linux;
+    empty elsewhere or for other BLAS libraries). Read anew on every call: numpy's, scipy's and
+    CasADi's IPOPT plugin each bring their own OpenBLAS, loaded lazily -- a list made once would
+    miss those loaded later (IPOPT's threads then made optimized trajectories depend on the
+    machine's core count)."""
     try:
         with open("/proc/self/maps") as fh:
             paths = sorted({ln.split()[-1] for ln in fh if "openblas" in ln.lower() and ".so" in ln})
     except OSError:
         return ()
-    handles = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for g, s in _OPENBLAS_SYMBOLS:
-            if hasattr(lib, g) and hasattr(lib, s):
-                handles.append((getattr(lib, g), getattr(lib, s)))
-                break
-    return tuple(handles)
+    return tuple(h for h in map(_handle, paths) if h is not None)
 
 
 @contextlib.contextmanager
@@ -52,8 +58,15 @@ def single_thread_blas():
     old = [int(get()) for get, _ in handles]
     for _, set_ in handles:
         set_(1)
+    # an OpenBLAS first loaded inside the block (IPOPT's) starts with one thread as well
+    env = os.environ.get("OPENBLAS_NUM_THREADS")
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
     try:
         yield
     finally:
+        if env is None:
+            os.environ.pop("OPENBLAS_NUM_THREADS", None)
+        else:
+            os.environ["OPENBLAS_NUM_THREADS"] = env
         for (_, set_), k in zip(handles, old):
             set_(k)

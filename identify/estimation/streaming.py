@@ -17,7 +17,7 @@ j, b_j its torques), plus the residual series for the autocorrelation time:
 :class:`JointFactors` accumulates R_j block by block (QR updates: qr([R_j; new rows])), so memory
 is O(block x n x p + n p^2) whatever N; :func:`fit_blocks` runs the OLS / WLS / Ridge estimators
 on them (a second pass over the blocks gives the residual series for tau_int, (N, n) floats).
-The numbers equal the in-memory estimators' to round-off (tests/test_streaming.py).
+The numbers equal the in-memory estimators' to round-off (tests/estimation/test_streaming.py).
 """
 from __future__ import annotations
 

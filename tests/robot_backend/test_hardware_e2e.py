@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.root
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "assets" / "cobot6_ethercat.yaml"
 URDF = ROOT / "assets" / "cobot6.urdf"
 DRIVES = ROOT / "assets" / "cobot6_drives.yaml"
@@ -381,11 +381,19 @@ def test_identification_over_bus_matches_twin(veth, emulator, tmp_path):
     from identify.app.acquisition import record
     from identify.app.identification import identify_recordings
     from identify.app.pipeline import build_model
-    from identify.app.trajectories import get_trajectory
+    from identify.app.trajectories import design_context, get_trajectory
     s_twin = _scenario("twin", twin={"sample_rate_hz": 100, "seed": 0})
     model = build_model(s_twin)
     terms = s_twin.identification.friction_terms
-    traj = {"excitation": get_trajectory(s_twin.trajectories.excitation, model, terms, "excitation")}
+    # optimized within the drives' motor-torque limits (as a hardware scenario is by default),
+    # so the hardware's own torque check accepts the trajectory the twin runs too
+    spec = s_twin.trajectories.excitation
+    import dataclasses
+    s_lim = dataclasses.replace(s_twin, trajectories=dataclasses.replace(
+        s_twin.trajectories, excitation=dataclasses.replace(spec, torque_limit="on")))
+    ctx = design_context(s_lim, model, terms)
+    traj = {"excitation": get_trajectory(s_lim.trajectories.excitation, model, terms, "excitation",
+                                         ctx)}
     ident = {}
     ident["twin"] = identify_recordings(s_twin, model, record(s_twin, traj, model=model, show=False))
     s_twin1 = _scenario("twin", twin={"sample_rate_hz": 100, "seed": 1})

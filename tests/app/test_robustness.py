@@ -17,7 +17,7 @@ import yaml
 
 from identify.common import fileio, progress
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "assets"
 
 

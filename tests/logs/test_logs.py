@@ -20,7 +20,7 @@ from identify.backend.recording import Recording
 from identify.scenario.spec import ColumnMap, LogSpec
 from conftest import tiny_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "assets"
 
 TINY = tiny_scenario("tiny", twin={"seed": 3}, outputs={"plots": False, "report": False})

@@ -10,7 +10,7 @@ import yaml
 from identify.model.drives import (DRIVE_KEYS, DriveFileError, OverrideError, check_overrides,
                              load_drives, read_drive_file)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DRIVES = ROOT / "assets" / "cobot6_drives.yaml"
 RAW = yaml.safe_load(DRIVES.read_text())["joints"]
 

@@ -15,7 +15,7 @@ import yaml
 
 from identify.app.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # fast settings on top of the shipped quickstart: 4 s trajectories, coarse grid, few iterations
 FAST_TRAJ = {

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 URDF = str(ROOT / "assets" / "cobot6.urdf")
 DRIVES = str(ROOT / "assets" / "cobot6_drives.yaml")
 ARM = {"urdf": URDF, "drives": DRIVES}

@@ -225,3 +225,31 @@ def test_single_thread_blas_restores_thread_counts():
         with single_thread_blas():
             raise RuntimeError("boom")
     assert [get() for get, _ in handles] == before
+
+
+def test_single_thread_blas_covers_an_openblas_loaded_later():
+    """CasADi's IPOPT plugin brings its own OpenBLAS, loaded only when the first IPOPT solver is
+    made. single_thread_blas must find it then (a list of libraries made once missed it, and the
+    optimized trajectories depended on the machine's core count), and a library first loaded
+    inside the block starts with one thread. Fresh interpreter: nothing loaded yet."""
+    import subprocess
+    import sys
+    code = r"""
+import os
+os.environ["OPENBLAS_NUM_THREADS"] = "2"
+import numpy
+from identify.common.blas import _openblas_handles, single_thread_blas
+before = len(_openblas_handles())
+with single_thread_blas():
+    import casadi as ca
+    x = ca.MX.sym("x")
+    ca.nlpsol("s", "ipopt", {"x": x, "f": (x - 1) ** 2}, {"ipopt.print_level": 0, "print_time": 0})
+    inside = [int(g()) for g, _ in _openblas_handles()]
+after = len(_openblas_handles())
+print(before, after, inside)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    before, after, inside = r.stdout.split(maxsplit=2)
+    assert int(after) > int(before), r.stdout        # IPOPT's OpenBLAS found once loaded
+    assert set(eval(inside)) == {1}, r.stdout         # noqa: S307 -- our own list literal

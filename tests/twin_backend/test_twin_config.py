@@ -12,7 +12,7 @@ import yaml
 from identify.model.drives import load_drives
 from twin.config import DriveParams, TwinConfig, TwinSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 URDF = ROOT / "assets" / "cobot6.urdf"
 DRIVES = ROOT / "assets" / "cobot6_drives.yaml"
 

@@ -13,7 +13,7 @@ import yaml
 from identify.app import pipeline
 from identify.app.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "assets"
 
 

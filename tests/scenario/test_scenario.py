@@ -16,7 +16,7 @@ from identify.app.cli import main
 from identify.scenario.spec import ScenarioError, schema_table
 from identify.scenario.load import load_scenario, scenario_from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 URDF = ROOT / "assets" / "cobot6.urdf"
 DRIVES = ROOT / "assets" / "cobot6_drives.yaml"
 

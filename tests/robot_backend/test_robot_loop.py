@@ -265,7 +265,7 @@ def test_torque_feedforward_includes_payload(tmp_path):
     be = HardwareBackend({"payload": pl}, s, bus_factory="robot_fakes:FakeBus",
                          bus_kwargs={"echo_torque": True})
     rec = be.run(TRAJ)
-    pm = pin.buildModelFromUrdf(str(Path(__file__).resolve().parent.parent / "assets" / "cobot6.urdf"))
+    pm = pin.buildModelFromUrdf(str(Path(__file__).resolve().parents[2] / "assets" / "cobot6.urdf"))
     Ixx, Iyy, Izz, Ixy, Ixz, Iyz = pl["inertia_kgm2"]
     I_c = np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]])
     pm.inertias[pm.njoints - 1] = pm.inertias[pm.njoints - 1] + pin.Inertia(1.0, np.array(pl["com_m"]), I_c)

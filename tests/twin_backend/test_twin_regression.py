@@ -1,6 +1,6 @@
 """Regression: the twin's recordings match a reference stored BEFORE its speed-up, to round-off.
 
-``tests/data/twin_regression.npz`` was written by ``python tests/test_twin_regression.py
+``tests/data/twin_regression.npz`` was written by ``python tests/twin_backend/test_twin_regression.py
 --generate`` from commit 53e29cc (the numpy implementation of twin/sim.py, twin/backend.py, before
 the compiled step). Each scenario below drives a different path of the twin (default drive model,
 every friction/drive option with 1 kHz sampling and I/O delay, rigid joints, open-loop torque
@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_twin_helpers import ARM, DRIVES, URDF, excitation  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data" / "twin_regression.npz"
+DATA = Path(__file__).resolve().parents[1] / "data" / "twin_regression.npz"
 
 #: per channel kind: absolute tolerance (the unit of each channel is SI)
 ATOL = {"angle": 1e-11, "velocity": 1e-9, "acceleration": 1e-6, "torque": 1e-7, "current": 1e-8,
@@ -122,7 +122,7 @@ SCENARIOS = {
     # rigid joints (drive model off), open-loop inverse-dynamics torques (the forward/inverse
     # consistency set-up), ideal sensors. (Rigid joints WITH the position loop changed on purpose
     # after this reference was made -- the per-joint loop was unstable, it is now decoupled through
-    # M(q) -- and are tested against RobotModel in tests/test_twin_sim.py instead.)
+    # M(q) -- and are tested against RobotModel in tests/twin_backend/test_twin_sim.py instead.)
     "rigid": lambda: _backend({"settle_s": 0.0, "drive_model": False, "position_control": False,
                                "noise": False}, 0.5, tau_ff=_gravity_ff(1.0)),
     # open-loop torque: inverse dynamics minus a bias, so friction makes joints stick and slip
@@ -277,7 +277,7 @@ def _generate() -> None:
 
 if __name__ == "__main__":
     if "--generate" in sys.argv:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         _generate()
     else:
         print(__doc__)

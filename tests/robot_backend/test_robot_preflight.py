@@ -8,7 +8,7 @@ from robot.backend import HardwareBackend, preflight
 from robot.config import ConfigError, HardwareSettings
 from robot.safety import SafetyRefused
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARM = {"urdf": str(ROOT / "assets" / "cobot6.urdf"), "drives": str(ROOT / "assets" / "cobot6_drives.yaml")}
 
 

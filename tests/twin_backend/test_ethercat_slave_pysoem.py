@@ -24,7 +24,7 @@ from twin.ethercat import SlaveChainProcess, load_slave_config  # noqa: E402
 
 pytestmark = pytest.mark.root
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "assets" / "cobot6_ethercat.yaml"
 URDF = ROOT / "assets" / "cobot6.urdf"
 DRIVES = ROOT / "assets" / "cobot6_drives.yaml"

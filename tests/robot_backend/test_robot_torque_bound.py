@@ -17,7 +17,7 @@ from robot.safety import SafetyRefused, check_trajectory
 from robot.torque_bound import TorqueBound, payload_params
 from test_twin_helpers import ARM, CosineTrajectory, excitation
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAYLOAD3 = {"mass_kg": 3.0, "com_m": [0.01, -0.01, 0.06],
             "inertia_kgm2": [0.006, 0.005, 0.004, 0.0002, -0.0001, 0.0001]}
 

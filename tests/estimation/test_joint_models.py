@@ -23,7 +23,7 @@ from identify.estimation.stage2 import FRICTION_VARIANTS
 from identify.estimation.simplified import SimplifiedModel
 from identify.estimation.processing import Processed
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EPS = 0.05          # tanh smoothing of Coulomb friction [rad/s] (generator and models alike)
 LOAD_EPS = 0.02     # smoothing of the direction in the opposing reducer friction [rad/s]
 

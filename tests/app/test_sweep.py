@@ -17,7 +17,7 @@ from identify.scenario.load import scenario_from_dict
 from identify.app.sweep import NOISE_SETTINGS, grid, run_sweep
 from conftest import tiny_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "assets"
 
 

@@ -22,7 +22,7 @@ from twin.ethercat.drive import FAULT, OPERATION_ENABLED, READY_TO_SWITCH_ON, SW
 from twin.ethercat.motion import FollowerMotion
 from twin.ethercat.sii import CAT_GENERAL, CAT_RXPDO, CAT_STRINGS, CAT_SYNCM, CAT_TXPDO, crc8_config_area, read_categories
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "assets" / "cobot6_ethercat.yaml"
 JOINTS = [f"joint{k}" for k in range(1, 7)]
 

@@ -10,7 +10,7 @@ from identify.model.robot_model import Limits
 from robot.safety import (DEFAULT_POLICY, Fault, FaultMonitor, StopSequence, check_trajectory,
                           limit_step, run_limits, step_limit)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = [f"joint{k}" for k in range(1, 7)]
 DT = 1e-3
 
