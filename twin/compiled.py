@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from identify.model.regressor import compile_function
+from identify.model.regressor import build_bias, compile_function
 
 from . import step_graph
 
@@ -19,13 +19,13 @@ BIAS_RTOL = 1e-9
 
 
 class _Regressor:
-    """An arm's bias h(q, v, theta) by recursive Newton-Euler (:func:`twin.step_graph.bias_function`,
+    """An arm's bias h(q, v, theta) by recursive Newton-Euler (:func:`identify.model.regressor.build_bias`,
     what the compiled step evaluates) and a batch evaluator of it (for the check against
     PyBullet)."""
 
     def __init__(self, model):
         from identify.model.regressor import BatchEvaluator
-        self.f = step_graph.bias_function(model.placements, model.axes, model.gravity)
+        self.f = build_bias(model.placements, model.axes, model.gravity)
         self.h = BatchEvaluator(self.f)
 
 

@@ -142,7 +142,7 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
     (|tau_r|-proportional level, driving / back-driven factor) and one Jacobi correction; then the
     friction components. Without the drive model the motor torque acts on the links directly.
 
-    regressor: the arm's bias h(q, v, theta) (:func:`bias_function`, recursive Newton-Euler);
+    regressor: the arm's bias h(q, v, theta) (:func:`identify.model.regressor.build_bias`, recursive Newton-Euler);
     given, h is evaluated inside the step from the standard parameters theta in c["theta"]
     (x["h"] is then ignored); None: h comes in x["h"].
     """
@@ -346,57 +346,3 @@ def matrices_function(n: int) -> ca.Function:
            "fv_m": fvm, "fv_l": fvl, "K_used": K}
     pv = ca.vertcat(*[ca.densify(out[name]) for name, _, _ in step_layouts(n)["p"].fields])
     return ca.Function(f"twin_matrices{n}", [Ms, bs], [pv, ca.vertcat(Wm, Wl)], ["M", "b"], ["p", "W_diag"])
-
-
-def _cross(a, b):
-    return ca.vertcat(a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
-
-
-def bias_function(placements: np.ndarray, axes: np.ndarray, gravity: np.ndarray) -> ca.Function:
-    """h(q, v, theta) = C(q, v) v + g(q) (n,) [N*m] of a serial revolute chain by the recursive
-    Newton-Euler algorithm, with the standard parameters theta (10n,; per link [m, mcx, mcy, mcz,
-    Ixx, Ixy, Iyy, Ixz, Iyz, Izz] in the link frame, inertia about its origin) as an input.
-
-    Same kinematics and conventions as identify.model.regressor.build_regressor (placements (n, 4, 4)
-    joint frames in the parent frame at q = 0, axes (n, 3), gravity (3,) in the base frame), so
-    h = Y(q, v, 0) theta -- but ~5x fewer operations than the regressor times theta, which is
-    what the compiled step pays every period. Per link (frame i): forward pass w, wd, a (gravity as
-    base acceleration -g); wrench about the origin f = a m + wd x c + w x (w x c), c = m r_c,
-    n = c x a + I wd + w x (I w); backward pass F_i = f_i + R F_{i+1},
-    N_i = n_i + R N_{i+1} + p x (R F_{i+1}); h_i = z_i . N_i."""
-    from identify.model.spatial import axis_rotation
-    n = placements.shape[0]
-    q, v, th = ca.SX.sym("q", n), ca.SX.sym("v", n), ca.SX.sym("theta", 10 * n)
-    Rp = []
-    for i in range(n):
-        Rq = ca.vertcat(*[ca.horzcat(*r) for r in axis_rotation(axes[i], q[i], xp=ca)])
-        Rp.append((ca.mtimes(ca.DM(placements[i, :3, :3]), Rq), ca.DM(placements[i, :3, 3])))
-    w = ca.SX.zeros(3)
-    wd = ca.SX.zeros(3)
-    a = ca.SX(ca.DM(-np.asarray(gravity, dtype=float)))
-    wrench = []
-    for i in range(n):
-        R, p = Rp[i]
-        Rt = R.T
-        z = ca.DM(axes[i])
-        a = ca.mtimes(Rt, a + _cross(wd, p) + _cross(w, _cross(w, p)))
-        w_in = ca.mtimes(Rt, w)
-        w = w_in + z * v[i]
-        wd = ca.mtimes(Rt, wd) + _cross(w_in, z * v[i])
-        t = th[10 * i:10 * i + 10]
-        m, c = t[0], t[1:4]
-        I = ca.vertcat(ca.horzcat(t[4], t[5], t[7]), ca.horzcat(t[5], t[6], t[8]),
-                       ca.horzcat(t[7], t[8], t[9]))
-        f = a * m + _cross(wd, c) + _cross(w, _cross(w, c))
-        nm = _cross(c, a) + ca.mtimes(I, wd) + _cross(w, ca.mtimes(I, w))
-        wrench.append((f, nm))
-    h = [None] * n
-    F, N = wrench[n - 1]
-    h[n - 1] = ca.dot(ca.DM(axes[n - 1]), N)
-    for i in range(n - 2, -1, -1):
-        R, p = Rp[i + 1]
-        RF = ca.mtimes(R, F)
-        F = wrench[i][0] + RF
-        N = wrench[i][1] + ca.mtimes(R, N) + _cross(p, RF)
-        h[i] = ca.dot(ca.DM(axes[i]), N)
-    return ca.Function("h", [q, v, th], [ca.vertcat(*h)], ["q", "v", "theta"], ["h"])

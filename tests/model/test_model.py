@@ -1,4 +1,6 @@
 """RobotModel and its regressor against independent oracles: Pinocchio and PyBullet."""
+from pathlib import Path
+
 import numpy as np
 import pinocchio as pin
 import pybullet as p
@@ -156,3 +158,25 @@ def test_without_a_compiler_falls_back_with_a_warning(tmp_path, monkeypatch):
         ev = BatchEvaluator(m.regressor_function())
     q, qd, qdd = _states(6, 7, seed=9)
     np.testing.assert_allclose(ev(q, qd, qdd), m.regressor(q, qd, qdd), atol=1e-12)
+
+
+def test_bias_by_newton_euler_equals_the_regressor_and_pinocchio():
+    """identify.model.regressor.build_bias (the twin's compiled bias) = Y(q, v, 0) theta and
+    Pinocchio's nonLinearEffects at random states (independent oracle)."""
+    import pinocchio as pin
+    from identify import RobotModel
+    from identify.model.regressor import build_bias
+    root = Path(__file__).resolve().parents[2]
+    m = RobotModel.from_urdf(root / "assets" / "cobot6.urdf")
+    h = build_bias(m.placements, m.axes, m.gravity)
+    theta = m.inertial_parameters()
+    pm = pin.buildModelFromUrdf(str(root / "assets" / "cobot6.urdf"))
+    pm.gravity.linear = np.asarray(m.gravity, float)
+    pd = pm.createData()
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        q, v = rng.uniform(-2, 2, m.n), rng.uniform(-2, 2, m.n)
+        hb = np.asarray(h(q, v, theta)).ravel()
+        hy = m.regressor(q[None], v[None], np.zeros((1, m.n)))[0] @ theta
+        np.testing.assert_allclose(hb, hy, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(hb, pin.nonLinearEffects(pm, pd, q, v), rtol=1e-8, atol=1e-8)
