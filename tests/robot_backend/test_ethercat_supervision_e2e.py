@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,7 +215,7 @@ def test_signal_to_parent_runs_stop_sequence(veth, emulator, tmp_path, sig, code
     shm_before = set(os.listdir("/dev/shm"))
     tmp_before = set(os.listdir("/tmp"))
     script = tmp_path / "run.py"
-    script.write_text(_SCRIPT.format(root=str(ROOT), tests=str(ROOT / "tests"), urdf=str(URDF),
+    script.write_text(_SCRIPT.format(root=str(ROOT), tests=str(Path(__file__).resolve().parent), urdf=str(URDF),
                                      iface=veth[0], rec=str(tmp_path / "rec"), cfg=master_config(tmp_path)))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
