@@ -320,14 +320,18 @@ class _NoFits:
 def summary(metrics: dict, folder: Path) -> str:
     """The console's closing lines of a run."""
     lines = [f"run folder: {folder}"]
+    signal = metrics.get("signal")
+    export = metrics.get("export", {})
     for label, r in metrics.get("rms", {}).items():
         parts = [f"{k} {v['overall']:.4f}" for k, v in r.items() if k in ("simplified", "improved")]
-        ex = metrics.get("export", {}).get("rms", {}).get(label)
-        if ex is not None:
-            parts.append(f"exported model {ex['overall']:.4f}")
         imp = metrics.get("improvement_percent", {}).get(label)
-        lines.append(f"  {label}: RMS [N*m] " + ", ".join(parts)
-                     + ("" if imp is None else f"  ({imp:+.2f} %)"))
+        line = (f"  {label}: RMS [N*m]" + (f" of {signal}" if signal else "") + " "
+                + ", ".join(parts) + ("" if imp is None else f"  ({imp:+.2f} %)"))
+        ex = export.get("rms", {}).get(label)
+        if ex is not None:      # the exported model predicts its own fitted signal
+            line += (f"; exported model {ex['overall']:.4f}"
+                     + (f" of {export['signal']}" if export.get("signal") else ""))
+        lines.append(line)
     return "\n".join(lines)
 
 

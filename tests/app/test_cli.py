@@ -555,3 +555,16 @@ def test_stop_signal_exit_code_is_128_plus_signal():
     assert classify(StopSignal(_signal.SIGHUP)) == 129
     assert classify(KeyboardInterrupt()) == 130
     assert classify(RuntimeError("x")) == 3
+
+
+def test_summary_names_the_signal_of_each_figure():
+    """The console's closing lines never put an RMS of the joint torque beside motor-torque
+    figures without saying so: each figure names the signal it is measured on."""
+    from identify.app.pipeline import summary
+    metrics = {"signal": "motor torque η·β·i",
+               "rms": {"validation": {"simplified": {"overall": 4.06}, "improved": {"overall": 0.40}}},
+               "improvement_percent": {"validation": -90.2},
+               "export": {"signal": "joint torque", "rms": {"validation": {"overall": 0.15}}}}
+    line = summary(metrics, "runs/x").splitlines()[1]
+    assert "RMS [N*m] of motor torque η·β·i simplified 4.0600, improved 0.4000" in line
+    assert line.endswith("exported model 0.1500 of joint torque")
