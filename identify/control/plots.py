@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from identify.common import figures
+
 __all__ = ["plot_tracking", "plot_collision"]
 
 _COLORS = {"pid_only": "tab:red", "identified_ff": "tab:blue", "true_ff": "tab:green"}
@@ -13,9 +15,7 @@ _COLORS = {"pid_only": "tab:red", "identified_ff": "tab:blue", "true_ff": "tab:g
 
 def plot_tracking(res, path) -> Path:
     """Tracking error [mrad] per joint for every case of a ClosedLoopResult."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
     n = len(res.joint_names)
     fig, axes = plt.subplots(n, 1, figsize=(9, 1.6 * n + 1), sharex=True)
     for name, c in res.cases.items():
@@ -28,18 +28,12 @@ def plot_tracking(res, path) -> Path:
     axes[0].set_title(f"tracking error on the {res.trajectory} trajectory (same gains, same noise)")
     axes[-1].set_xlabel("t [s]")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return figures.save(fig, path, dpi=110)
 
 
 def plot_collision(results: dict, joint_names, path, window_s: float = 1.0) -> Path:
     """Observer residual |r| and threshold per joint around the contact, one column per model."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
     n = len(joint_names)
     names = list(results)
     fig, axes = plt.subplots(n, len(names), figsize=(5 * len(names), 1.5 * n + 1), sharex=True,
@@ -62,8 +56,4 @@ def plot_collision(results: dict, joint_names, path, window_s: float = 1.0) -> P
         axes[0, col].set_title(f"{nm} model: {d}, {r.false_alarms} false alarms", fontsize=9)
         axes[-1, col].set_xlabel("t [s]")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return figures.save(fig, path, dpi=110)
