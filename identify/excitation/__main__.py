@@ -64,9 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--objective", default="cond", choices=["cond", "d_optimal", "a_optimal"],
+    ap.add_argument("--objective", default=ExcitationProblem.objective,
+                    choices=["cond", "d_optimal", "a_optimal"],
                     help="cond(W_base), log det of the information, or the sum of squared "
-                         "relative std (docs/excitation.md)")
+                         "relative std (docs/excitation.md; default %(default)s)")
     ap.add_argument("--noise", type=float, default=0.05,
                     help="torque noise std per joint [N*m] of the information (d/a-optimal)")
     ap.add_argument("--collision-margin", type=float, default=0.02,
