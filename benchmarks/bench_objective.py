@@ -43,7 +43,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from identify.app.pipeline import build_model, run_scenario  # noqa: E402
+from identify.app.pipeline import COND_HOPELESS, build_model, run_scenario  # noqa: E402
 from identify.app.trajectories import design_context, get_trajectory  # noqa: E402
 from identify.common import progress  # noqa: E402
 from identify.scenario import load_scenario  # noqa: E402
@@ -303,6 +303,11 @@ def print_scenario(name: str, recs: list[dict], objectives: list[str]) -> dict:
             m, lo, hi = s[f][o]["ratio"]
             print(f"  {FIGURES[f][0]:<14} {m:6.3f} [{lo:.3f}, {hi:.3f}]   "
                   f"{s[f][o]['wins']} of {n} (worse {s[f][o]['losses']})   p = {s[f][o]['p']:.3f}")
+    for o in objectives:
+        hopeless = [r["seed"] for r in recs if r["objective"] == o and r["cond"] > COND_HOPELESS]
+        print(f"{o}: {len(hopeless)} of {n} excitation trajectories hopeless (cond(W_base) > "
+              f"{COND_HOPELESS:g}, the pipeline's warning)"
+              + (f": seeds {hopeless}" if hopeless else ""))
     print("best objective per seed (counts): " + "; ".join(
         f"{FIGURES[f][0]}: " + ", ".join(f"{o} {s[f][o]['best_of_seeds']}" for o in objectives)
         for f in ("stage1_err_pct", "stage2_err_pct", "val_rms_Nm", "val_rms_tau_j_Nm") if f in s))
@@ -356,15 +361,25 @@ def main(argv=None) -> int:
                                  f"{r['seed']}: " + "; ".join(bad))
         summaries[name] = print_scenario(name, recs, objectives)
     print("\nverdict (lower is better; by parameter error and validation RMS, not the objective's "
-          "own criterion):")
+          "own criterion; 95 % bootstrap interval of the median paired ratio):")
+    sides = []
     for name, s in summaries.items():
         for f in ("stage1_err_pct", "stage2_err_pct", "val_rms_Nm", "val_rms_tau_j_Nm"):
             if f in s:
                 m, lo, hi = s[f]["d_optimal"]["ratio"]
                 side = ("d_optimal" if hi < 1 else "cond" if lo > 1 else "neither (interval "
                         "contains 1)")
+                sides.append(side)
                 print(f"  {name:<18} {FIGURES[f][0]:<14} d_optimal/cond {m:.3f} "
                       f"[{lo:.3f}, {hi:.3f}] -> {side}")
+    agreed = set(sides) if len(set(sides)) == 1 else set()
+    print("  => " + (f"the evidence favours {agreed.pop()} on every figure of every scenario"
+                     if agreed and "neither" not in next(iter(agreed))
+                     else "mixed: no objective is better on every figure of every scenario"))
+    loads = [r["load_avg"] for r in done if r["seed"] in seeds and r["objective"] in objectives]
+    if loads:
+        print(f"load average (1 min) at the start of the runs: {min(loads):.1f} to "
+              f"{max(loads):.1f}")
     load1 = os.getloadavg()
     print(f"\nload average at start {load0[0]:.1f} / {load0[1]:.1f} / {load0[2]:.1f}, at end "
           f"{load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} (2 cores); {wall:.0f} s this "
