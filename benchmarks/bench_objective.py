@@ -286,7 +286,7 @@ def print_scenario(name: str, recs: list[dict], objectives: list[str]) -> dict:
     for r in sorted(recs, key=lambda r: (r["seed"], objectives.index(r["objective"]))):
         print(f"{r['seed']:>4} {r['objective']:<10}"
               + "".join(f"{FIGURES[f][1].format(r[f]):>14}" for f in figs)
-              + f"{'%d/%d' % tuple(r['stage1_within']):>10}{r['load_avg']:>6.1f}")
+              + f"{'{}/{}'.format(*r['stage1_within']):>10}{r['load_avg']:>6.1f}")
     s = summarize(recs, objectives)
     n = len(s["seeds"])
     print(f"median over {n} seeds ({s['seeds'][0]}..{s['seeds'][-1]}):")

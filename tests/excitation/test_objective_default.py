@@ -38,5 +38,5 @@ def test_command_line_default_is_the_problems(capsys):
 def test_docs_mark_the_same_default():
     text = (ROOT / "docs" / "excitation.md").read_text()
     section = text.split("## Objectives", 1)[1].split("\n## ", 1)[0]
-    marked = re.findall(r"^\| `(\w+)` \(default\) \|", section, re.M)
+    marked = re.findall(r"^\| `(\w+)` \(default\) \|", section, re.MULTILINE)
     assert marked == [DEFAULT], marked
