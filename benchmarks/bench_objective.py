@@ -17,12 +17,16 @@ Per run, from the run's typed results as metrics.json renders them: the median |
 of the identified base parameters against the twin's truth (stage 1; stage 2 where the twin's
 reducer law has a constant-coefficient truth), the motor-torque RMS of the headline model
 against the RAW measured torque on the validation trajectory and the reduction vs the simplified
-model (the paper's headline), the predicted median relative std of the excitation trajectory's
-base parameters, cond(W_base) in SI units and column-scaled, and the optimizer's wall time.
+model (the paper's headline), the joint-torque RMS of the stage-1 fit on the validation
+trajectory (the parameters' own check, without the reducer model), the predicted median
+relative std of the excitation trajectory's base parameters, cond(W_base) in SI units and
+column-scaled, and the optimizer's wall time.
 
 Printed per scenario: every run, the median over seeds, then for each figure the median ratio
 objective / cond with a 95 % bootstrap interval over seeds (paired: the ratio of one seed's two
-runs), the wins of each objective and a two-sided sign test. Lower is better for every figure.
+runs), the wins of each objective and a two-sided sign test, and the trajectories the pipeline
+flags as hopeless (cond > COND_HOPELESS); last, a verdict on parameter error and validation RMS.
+Lower is better for every figure.
 Each figure is checked to be finite and in its range before anything is printed; the load
 average is printed (timings depend on it).
 """
