@@ -247,3 +247,18 @@ def test_held_log_through_the_log_reader(tmp_path, weak_held, ref_model):
                                 design_context(scn_rec, ref_model, terms))
     assert src[0].kind == "log" and src[0].samples == rec.n_samples
     np.testing.assert_allclose(F_log, F_rec, rtol=1e-6, atol=1e-9 * np.abs(F_rec).max())
+
+
+def test_force_never_replaces_the_held_run(tmp_path, capsys, weak_held):
+    """--out on the held run folder with --force would delete its recordings: refused, exit 2,
+    the recording still there."""
+    tmp, _ = weak_held
+    from identify.app.cli import main
+    d = tiny_scenario("held")
+    d["trajectories"]["excitation"].update(objective="d_optimal", held=[str(tmp / "run1")])
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(d, sort_keys=False))
+    rc = main(["-q", "run", str(f), "--out", str(tmp / "run1"), "--force"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "trajectories.excitation.held[0]" in err and "--force" in err, err
+    assert (tmp / "run1" / "recordings" / "excitation.npz").is_file()
