@@ -406,11 +406,11 @@ def stack_held(scn: Scenario, model, base, processed: dict, signal: str, held: l
     """Put the data already held (identify.logs.held recordings) under the excitation rows:
     each held recording processed on its own with the scenario's settings (as the new one),
     then ``processed["excitation"]`` = the stack held..., new
-    (:func:`identify.estimation.processing.concatenate`: no filter across a seam). The fit of
+    (:func:`identify.estimation.segments.concatenate`: no filter across a seam). The fit of
     every model is then the combined estimate the excitation was designed for. Returns the
     [HeldSource] used. Raises InputError naming the entry without a signal the fit uses."""
     from identify.common.errors import InputError
-    from identify.estimation.processing import concatenate
+    from identify.estimation.segments import concatenate
     from identify.logs.held import missing_signals
 
     from .trajectories import held_sources

@@ -20,7 +20,8 @@ from identify.app.results import TrajectoryInfo
 from identify.app.trajectories import design_context, held_information, trajectories
 from identify.backend.recording import Recording
 from identify.estimation.design import coulomb_column
-from identify.estimation.processing import SEAM_GUARD, ProcessingSettings, concatenate, process
+from identify.estimation.processing import ProcessingSettings, process
+from identify.estimation.segments import SEAM_GUARD, concatenate
 from identify.excitation.fourier import FourierTrajectory
 from identify.excitation.problem import upright_pose
 from identify.logs.held import HeldRecording
