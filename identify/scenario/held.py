@@ -17,6 +17,7 @@ package does not import the backend package. The samples are read when the run s
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,8 @@ def recording_header(path: Path) -> dict:
     if path.suffix.lower() in (".yaml", ".yml"):
         hint = ("; a trajectory file holds no recorded samples: give the run folder that ran it, "
                 "or its recordings/excitation.npz")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a twinid recording (not an NPZ archive){hint}")
     try:
         with np.load(path, allow_pickle=False) as z:
             if "header" not in z.files or "t" not in z.files:
