@@ -478,6 +478,20 @@ def _run_start_job(s: int):
     return _START_JOB(s)
 
 
+def _start_worker_init(parent: int) -> None:
+    """Forked start worker: die with the parent. A parent killed by a signal (SIGTERM has no
+    handler in a twin run) would otherwise leave its pool workers waiting for work forever."""
+    import ctypes
+    import os
+    import signal
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))    # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:           # the parent died before prctl took effect
+        os._exit(1)
+
+
 def start_workers(n_starts: int, workers: int | None = None) -> int:
     """How many processes _map_starts uses: `workers` (None: the cores this process may use),
     at most one per start, and 1 where forking is not safe or possible: not Linux, a daemonic
@@ -508,7 +522,10 @@ def _map_starts(job, n_starts: int, workers: int | None) -> list:
     import multiprocessing as mp
     _START_JOB = job
     try:
-        with cf.ProcessPoolExecutor(max_workers=w, mp_context=mp.get_context("fork")) as ex:
+        import os
+        with cf.ProcessPoolExecutor(max_workers=w, mp_context=mp.get_context("fork"),
+                                    initializer=_start_worker_init,
+                                    initargs=(os.getpid(),)) as ex:
             return list(ex.map(_run_start_job, range(n_starts)))
     finally:
         _START_JOB = None

@@ -107,3 +107,38 @@ def test_only_the_best_start_is_polished(arm, small):
     assert polished[0]["stage1_cond"] == best_stage1
     # the kept trajectory is the best of the polished and the other starts
     assert res.cond == pytest.approx(min(s["cond"] for s in res.starts), rel=1e-9)
+
+
+def test_start_workers_die_with_their_parent(tmp_path):
+    """A parent killed by a signal must not leave its forked start workers behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from identify.excitation.optimizer import _map_starts\n"
+        "def job(s):\n"
+        "    print(os.getpid(), flush=True)\n"
+        "    time.sleep(60)\n"
+        "_map_starts(job, 2, 2)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                         env=env)
+    try:
+        kids = [int(p.stdout.readline()) for _ in range(2)]
+        assert all(k != p.pid for k in kids)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        alive = kids
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = [k for k in kids if os.path.exists(f"/proc/{k}")
+                     and open(f"/proc/{k}/stat").read().split()[2] != "Z"]
+        assert not alive, f"start workers {alive} outlived their parent"
+    finally:
+        p.kill()
+        p.stdout.close()
