@@ -9,7 +9,7 @@ import numpy as np
 from .fourier import FourierTrajectory, _plain
 
 
-CACHE_VERSION = 4  # bump when the optimizer changes in a way that changes results
+CACHE_VERSION = 5  # bump when the optimizer changes in a way that changes results
 
 
 class ExcitationInfeasible(ValueError):
