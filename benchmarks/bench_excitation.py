@@ -173,7 +173,9 @@ def main(argv=None):
 
     # (c) ours -------------------------------------------------------------------------------
     t0 = time.perf_counter()
-    res = optimize_excitation(model, problem, seed=args.seed, n_starts=args.starts, progress=True)
+    # in one process, like (b): the comparison is of the methods, not of the cores used
+    res = optimize_excitation(model, problem, seed=args.seed, n_starts=args.starts, progress=True,
+                              workers=1)
     t_ours = time.perf_counter() - t0
     check_trajectory(model, res.trajectory, lim, n_check)      # limits hold (raises otherwise)
     if not (np.isfinite(res.cond) and res.cond >= 1.0):

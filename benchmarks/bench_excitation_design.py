@@ -18,7 +18,9 @@ origins, self-collision capsules with a 2 cm margin):
    of the commanded motion (the noise the prediction models) and, separately, through the
    pipeline's processing (identify.estimation.processing, the paper's smoothing); target: the
    median over the base parameters of realized / predicted std within 20 % of 1;
-5. target: paper settings, collision constraints included, <= 20 s wall on 2 cores.
+5. target: paper settings, collision constraints included, <= 20 s wall on 2 cores (the
+   optimizer's default: its starts in one worker process per core; --one-process also times
+   them in one process).
 Each figure is checked for sanity before it is printed; timings depend on the machine's load
 (printed).
 """
@@ -40,7 +42,7 @@ from identify.backend.clearance import check_clearance                        # 
 from identify.excitation.conditioning import base_parameters, base_regressor  # noqa: E402
 from identify.excitation.information import design_report                     # noqa: E402
 from identify.excitation.objective import collision_model                     # noqa: E402
-from identify.excitation.optimizer import optimize_excitation                 # noqa: E402
+from identify.excitation.optimizer import optimize_excitation, start_workers  # noqa: E402
 from identify.excitation.fourier import FourierTrajectory                     # noqa: E402
 from identify.excitation.parametrization import random_trajectory             # noqa: E402
 from identify.excitation.problem import scaled_limits                         # noqa: E402
@@ -109,6 +111,8 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--starts", type=int, default=2)
     ap.add_argument("--objectives", nargs="+", default=["cond", "d_optimal", "a_optimal"])
+    ap.add_argument("--one-process", action="store_true",
+                    help="also time each optimization with its starts in one process")
     args = ap.parse_args(argv)
     from identify.app.pipeline import build_model
     scn = load_scenario(ROOT / "scenarios" / "paper_replication.yaml")
@@ -127,6 +131,14 @@ def main(argv=None):
         t0 = time.perf_counter()
         res = optimize_excitation(model, problem, seed=spec.seed, n_starts=spec.starts)
         wall = time.perf_counter() - t0
+        if args.one_process:        # the same optimization with its starts in this process
+            t0 = time.perf_counter()
+            one = optimize_excitation(model, problem, seed=spec.seed, n_starts=spec.starts,
+                                      workers=1)
+            wall1 = time.perf_counter() - t0
+            assert np.array_equal(one.trajectory.a, res.trajectory.a), "workers changed the result"
+            print(f"{obj:>10}: starts in {start_workers(spec.starts)} worker process(es) "
+                  f"{wall:.1f} s, in one process {wall1:.1f} s (same trajectory)")
         rep = design_report(model, res.trajectory, bp, terms, problem.noise_std, run,
                             theta_prior=problem.theta_prior, n_check=n_check)
         cl = check_clearance(model.source, model.joint_names, res.trajectory)
@@ -138,11 +150,12 @@ def main(argv=None):
               f"; starts " + ", ".join(f"{s.get('criterion', s['cond']):.4g}/{s['iterations']}it"
                                         for s in res.starts))
     # reference for the timings: the issue-4 benchmark's problem (cond, no table, no collision
-    # constraints; 7.3 s on a quiet machine, README) measured in this same run
+    # constraints; 7.3 s on a quiet machine, README) measured in this same run, in one process
+    # as it was then
     from identify.excitation.problem import ExcitationProblem
     t0 = time.perf_counter()
     ref = optimize_excitation(model, ExcitationProblem(collision_margin=None), seed=spec.seed,
-                              n_starts=spec.starts)
+                              n_starts=spec.starts, workers=1)
     t_ref = time.perf_counter() - t0
     assert np.isfinite(ref.cond)
     print(f"reference (issue-4 settings: cond, no table, no collision): wall {t_ref:.1f} s, cond "

@@ -401,12 +401,46 @@ def export_prediction(scn: Scenario, model, ex: Export, fr: dict, processed: dic
         ex.rms[label] = RmsFigure.of(pred - (y if raw is None else raw))
 
 
+def stack_held(scn: Scenario, model, base, processed: dict, signal: str, held: list,
+               timings: dict | None = None) -> list:
+    """Put the data already held (identify.logs.held recordings) under the excitation rows:
+    each held recording processed on its own with the scenario's settings (as the new one),
+    then ``processed["excitation"]`` = the stack held..., new
+    (:func:`identify.estimation.segments.concatenate`: no filter across a seam). The fit of
+    every model is then the combined estimate the excitation was designed for. Returns the
+    [HeldSource] used. Raises InputError naming the entry without a signal the fit uses."""
+    from identify.common.errors import InputError
+    from identify.estimation.segments import concatenate
+    from identify.logs.held import missing_signals
+
+    from .trajectories import held_sources
+    jm = scn.identification.joint_model
+    need = ["tau_j"] if signal == "tau_j" else \
+        (["tau_m"] if jm == "simplified" else ["tau_j", "tau_m"] if jm in ("improved", "both")
+         else [])
+    missing_signals(held, need)
+    hp = process_recordings(scn, model, {h.key: h.recording for h in held}, timings, base=base)
+    alias_signal(hp, signal)
+    parts = []
+    for h in held:
+        d = hp[h.key]
+        d.meta = {**d.meta, "label": h.key}
+        parts.append(d)
+    try:
+        processed["excitation"] = concatenate(parts + [processed["excitation"]])
+    except ValueError as exc:
+        raise InputError(f"trajectories.excitation.held: {exc}") from None
+    return held_sources(held, parts)
+
+
 def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_truth: bool = True,
                         decompose: bool = True, timings: dict | None = None,
-                        from_logs: bool = False) -> Identification:
+                        from_logs: bool = False, held: list | None = None) -> Identification:
     """The identification stages on recordings {'excitation', ['validation']}, in order. The
     ``auto`` keys of ``identification`` are resolved first for the recordings' signals
-    (`from_logs`: defaults for real arms' logs, else the twin's)."""
+    (`from_logs`: defaults for real arms' logs, else the twin's). Data already held
+    (``trajectories.excitation.held``, read here unless `held` gives them: identify.logs.held
+    recordings) are fitted together with the excitation recording (:func:`stack_held`)."""
     scn, signal = resolve_signals(scn, recs, from_logs)
     terms = tuple(scn.identification.friction_terms)
     if base is None or tuple(getattr(base, "terms", terms)) != terms:
@@ -414,6 +448,10 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     warnings: list = []
     processed = process_recordings(scn, model, recs, timings, base=base)
     alias_signal(processed, signal)
+    if held is None and scn.trajectories.excitation.held:
+        from identify.logs.held import load_held
+        held = load_held(scn, model.joint_names, model, warnings)
+    used = stack_held(scn, model, base, processed, signal, held, timings) if held else []
     fits = fit_models(scn, model, base, processed, timings)
     delays = estimate_delays(model, base, terms, processed, fits.designs)
     truth = build_truth(scn, model, base, recs, warnings) if want_truth else TruthComparison()
@@ -425,4 +463,4 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     return Identification(model=model, base=base, terms=terms, processed=processed, fits=fits,
                           truth=truth, validation=validation, export=export, prior=prior,
                           warnings=warnings, delays=delays, signal=signal,
-                          spec=scn.identification, from_logs=from_logs)
+                          spec=scn.identification, from_logs=from_logs, held=used)

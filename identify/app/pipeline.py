@@ -98,12 +98,17 @@ def check_budget(est, yes: bool, what: str = "this run") -> None:
 
 def conditioning_warnings(trajs: dict, ident: Identification) -> list[str]:
     """Loud warnings for results that cannot be trusted: cond(W_base) of a trajectory beyond
-    :data:`COND_HOPELESS`, or most parameters poorly excited (std > |value|)."""
+    :data:`COND_HOPELESS` (an excitation fitted with held data: the measured cond of the
+    stacked rows), or most parameters poorly excited (std > |value|)."""
     out = []
     for label, info in (trajs or {}).items():
         cond = getattr(info, "cond", None)
+        what = f"{label} trajectory"
+        if getattr(info, "held", None) is not None:     # fitted with held data: the stack counts
+            cond = ident.validation.cond_measured.get(label, cond)
+            what = f"{label} data (held + new, as fitted)"
         if cond is not None and np.isfinite(cond) and cond > COND_HOPELESS:
-            out.append(f"WARNING: hopeless conditioning: cond(W_base) of the {label} trajectory "
+            out.append(f"WARNING: hopeless conditioning: cond(W_base) of the {what} "
                        f"is {cond:.3g} (> {COND_HOPELESS:g}; good excitation trajectories reach "
                        f"30-60): the identified parameters are not trustworthy")
     for label, fit in (("improved model stage 1", ident.improved),

@@ -223,7 +223,28 @@ def trajectory_document(info: TrajectoryInfo) -> dict:
             "harmonics", "period_s", "periods", "duration_s", "samples",
             "objective", "cond_scaled", "logdet", "median_rel_std", "rel_std", "noise_std_Nm",
             "min_distance_m", "closest_pair", "closest_time_s", "clearance_margin_m")
-    return {k: getattr(info, k) for k in keys if getattr(info, k) is not None}
+    out = {k: getattr(info, k) for k in keys if getattr(info, k) is not None}
+    if info.held is not None:
+        h = info.held
+        out["held"] = {"sources": held_sources_document(h.sources), "rank": h.rank,
+                       "n_base": h.n_base, "median_rel_std_held": h.median_rel_std_held,
+                       "median_rel_std_new_alone": h.median_rel_std_new,
+                       "rel_std_held": h.rel_std_held, "rel_std_new_alone": h.rel_std_new,
+                       "note": HELD_DESIGN_NOTE}
+    return out
+
+
+HELD_DESIGN_NOTE = ("rel_std / median_rel_std / logdet of this trajectory are those of the "
+                    "combined estimate (held data + this trajectory); rel_std_held: the held data "
+                    "alone (null: not identifiable from them), rel_std_new_alone: this trajectory "
+                    "alone; same noise model (noise_std_Nm) for both")
+
+
+def held_sources_document(sources) -> list:
+    """[HeldSource] -> list of plain dicts (metrics.json)."""
+    return [{"key": s.key, "source": s.source, "kind": s.kind, "file": s.file,
+             "samples": s.samples, "duration_s": s.duration_s,
+             "processed_samples": s.processed_samples} for s in sources]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -299,6 +320,12 @@ def identification_metrics(ident: Identification, models: dict | None = None) ->
         m["friction_term_comparison"] = models["improved"]["friction_term_comparison"]
         m["improved_variants_rms_closed_form"] = v.variants_rms
         m["improved_variant"] = ident.improved.friction_term
+    if ident.held:
+        m["held_data"] = {"sources": held_sources_document(ident.held),
+                          "note": "the excitation fit stacks the rows of these recordings "
+                                  "(each processed on its own) before the new excitation "
+                                  "recording's; RMS and cond_W_measured of 'excitation' are "
+                                  "over all of them"}
     errs = {}
     for key, pe in ident.truth.errors.items():
         errs[key] = error_summary(pe)

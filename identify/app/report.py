@@ -208,6 +208,7 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
             rows.append([k, _fmt(cond.get(k, ti.get("cond"))), _fmt(ti.get("duration_s")), _fmt(ti.get("harmonics")),
                          _fmt(ti.get("samples")), ti.get("source", "--")])
         B.append(("table", head, rows))
+        B.extend(_held_blocks(traj_info.get("excitation", {}).get("held")))
 
     B.extend(_control_blocks(metrics))
     plots = _plot_files(folder, metrics)
@@ -365,6 +366,21 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
     B.append(("h", 2, "Files"))
     B.append(("code", "\n".join(files)))
     return B
+
+
+def _held_blocks(held: dict | None) -> list[tuple]:
+    """Data already held that the excitation was designed with and fitted together with."""
+    if not held:
+        return []
+    rows = [[s.get("key"), s.get("kind"), s.get("file"), _fmt(s.get("samples")),
+             _fmt(s.get("duration_s"))] for s in held.get("sources", [])]
+    return [("h", 3, "Data already held (fitted together with the excitation recording)"),
+            ("table", ["key", "kind", "file", "samples", "duration [s]"], rows),
+            ("p", f"Median predicted relative std of the base parameters: held data alone "
+                  f"{_fmt(held.get('median_rel_std_held'))} (rank of their information "
+                  f"{held.get('rank')} of {held.get('n_base')}), new trajectory alone "
+                  f"{_fmt(held.get('median_rel_std_new_alone'))}; the excitation's figures "
+                  f"are for the combined estimate.")]
 
 
 def _logs_blocks(folder: Path, metrics: dict) -> list[tuple]:

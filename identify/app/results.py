@@ -48,6 +48,38 @@ class TrajectoryInfo:
     closest_time_s: float | None = None
     clearance_margin_m: float | None = None
     clearance: dict | None = None         # t (N,) [s], min (N,) [m], margin, pairs {label: (N,)}
+    held: "HeldDesign | None" = None      # excitation with held data: what they and it add
+
+
+@dataclass
+class HeldSource:
+    """One entry of ``trajectories.excitation.held`` (identify.logs.held) the run used."""
+    key: str                              # trajectories.excitation.held[i]
+    source: str                           # the path given: run folder, recording or log file
+    kind: str                             # run | recording | log
+    file: str                             # the file the samples came from
+    samples: int                          # recorded samples
+    duration_s: float
+    processed_samples: int | None = None  # rows stacked into the fit (after processing)
+
+
+@dataclass
+class HeldDesign:
+    """The design figures of the held data against the new trajectory's
+    (identify.excitation.information, the scenario's noise model); the trajectory's own
+    ``rel_std`` / ``median_rel_std`` / ``logdet`` are those of the combined estimate.
+
+    rank: rank of the held information (of n_base); rel_std_held / rel_std_new (p,): predicted
+    std / |prior| from the held data alone (None where a parameter is not identifiable from
+    them) and from the new trajectory alone; median_*: their medians (None: not all
+    identifiable)."""
+    sources: list                         # [HeldSource]
+    rank: int
+    n_base: int
+    rel_std_held: list
+    rel_std_new: list
+    median_rel_std_held: float | None
+    median_rel_std_new: float | None
 
 
 @dataclass
@@ -211,6 +243,7 @@ class Identification:
         """The model whose RMS the run is judged by: improved when fitted, else simplified."""
         return "improved" if self.fits.improved is not None else "simplified"
     delays: dict = field(default_factory=dict)   # trajectory -> estimation.delay.DelayEstimate
+    held: list = field(default_factory=list)     # [HeldSource] stacked with the excitation rows
 
     # read-only shortcuts used by plots, sweeps and tests
     @property

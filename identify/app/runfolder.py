@@ -147,6 +147,7 @@ def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: boo
             raise InputError(f"--out {folder}: the folder is not empty ({shown}); pass --force to "
                              f"replace a previous run's outputs, or choose a new folder")
         if held:
+            _refuse_replacing_held(scn, folder)
             for name in OUTPUT_NAMES:
                 p = folder / name
                 if p.is_dir() and not p.is_symlink():
@@ -170,6 +171,18 @@ def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: boo
         raise
     finally:
         lock.unlink(missing_ok=True)
+
+
+def _refuse_replacing_held(scn: Scenario, folder: Path) -> None:
+    """--force would remove the recordings of `folder`: refuse when the scenario holds data
+    from there (trajectories.excitation.held), so no recorded data are lost."""
+    root = folder.resolve()
+    for i, entry in enumerate(scn.trajectories.excitation.held):
+        p = Path(getattr(entry, "file", None) or entry).resolve()
+        if p == root or root in p.parents:
+            raise InputError(f"trajectories.excitation.held[{i}]: {p} is in the run folder "
+                             f"--out {folder}, whose outputs --force would replace; choose "
+                             f"another --out")
 
 
 def _remove_if_empty(folder: Path) -> None:

@@ -19,7 +19,7 @@ from identify.excitation.optimizer import optimize_excitation
 from identify.excitation.problem import ExcitationProblem
 from identify.scenario.spec import Scenario, TrajectorySpec
 
-from .results import TrajectoryInfo
+from .results import HeldDesign, HeldSource, TrajectoryInfo
 
 LABELS = ("excitation", "validation")
 
@@ -187,16 +187,113 @@ def _design_facts(info: TrajectoryInfo, tr, model, problem: ExcitationProblem, s
                               "pairs": dict(zip(cr.labels, cr.distances.T))}
 
 
+def held_sources(held, processed=None) -> list[HeldSource]:
+    """[HeldSource] of identify.logs.held recordings (`processed`: their Processed, same order)."""
+    out = []
+    for k, h in enumerate(held):
+        r = h.recording
+        out.append(HeldSource(key=h.key, source=h.source, kind=h.kind, file=h.file,
+                              samples=int(r.n_samples), duration_s=float(r.duration),
+                              processed_samples=None if processed is None
+                              else int(processed[k].n_samples)))
+    return out
+
+
+def held_information(scn: Scenario, model, terms, ctx: DesignContext, held=None
+                     ) -> tuple[np.ndarray | None, list]:
+    """The Fisher information (p, p) of the data already held (``trajectories.excitation.held``)
+    for the base parameters of the excitation problem, and their [HeldSource].
+
+    Computed from the *recorded* samples processed as the identification processes them
+    (identify.estimation.processing with the scenario's settings: filtered q, qd, qdd), with the
+    scenario's noise model (the design context's per-joint torque noise, the same the new
+    trajectory's prediction uses, so both add consistently). A processed sample stands for
+    N_raw / N_processed raw samples (decimation, period averaging), as the new trajectory's
+    prediction counts the raw samples of its run. (None, []) without held data."""
+    from identify.estimation.processing import ProcessingSettings, process
+    from identify.excitation.information import information_of
+    from identify.logs.held import load_held
+    if held is None:
+        if not scn.trajectories.excitation.held:
+            return None, []
+        held = load_held(scn, model.joint_names, model)
+    spec = scn.trajectories.excitation
+    problem = make_problem(spec, model, terms, ctx)
+    bp = base_parameters(model, problem)
+    ps = ProcessingSettings.from_dict(scn.processing)
+    F, procs = None, []
+    for h in held:
+        try:
+            d = process(h.recording, ps)
+        except ValueError as exc:
+            raise InputError(f"{h.key}: {h.file}: cannot be processed ({exc})") from None
+        Fi = information_of(model, bp, problem.terms, d.q, d.qd, d.qdd, problem.noise_std)
+        Fi *= h.recording.n_samples / d.n_samples
+        F = Fi if F is None else F + Fi
+        procs.append(d)
+    return F, held_sources(held, procs)
+
+
+def held_design(info: TrajectoryInfo, tr, model, problem: ExcitationProblem, F0: np.ndarray,
+                sources: list) -> HeldDesign:
+    """The held data alone and the new trajectory alone, in the figures of `info` (whose own
+    figures are for the combined estimate)."""
+    from identify.excitation.information import design_report
+    bp = base_parameters(model, problem)
+    run = problem.run_samples or 10 * problem.n_grid
+    new = design_report(model, tr, bp, problem.terms, problem.noise_std, run,
+                        theta_prior=problem.theta_prior, n_check=10 * problem.n_grid)
+    # held alone: identifiable parameters through the pseudo-inverse of the equilibrated
+    # information (a parameter is identifiable when it has no share in the null space)
+    s = np.sqrt(np.maximum(np.diag(F0), 0.0))
+    s = np.where(s > 0, s, 1.0)
+    lam, V = np.linalg.eigh(F0 / s[:, None] / s[None, :])
+    keep = lam > 1e-10 * max(lam[-1], 1e-300)
+    ok = np.linalg.norm(V[:, ~keep], axis=1) < 1e-6
+    C = (V[:, keep] / lam[keep]) @ V[:, keep].T
+    std = np.where(ok, np.sqrt(np.maximum(np.diag(C), 0.0)) / s, np.inf)
+    prior = (np.abs(np.asarray(problem.theta_prior, float)) if problem.theta_prior is not None
+             else np.full(std.shape, np.nan))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(prior > 0, std / prior, np.nan)
+
+    def plain(x):
+        return [float(v) if np.isfinite(v) else None for v in x]
+    fin = np.isfinite(rel)
+    med_held = float(np.nanmedian(rel)) if ok.all() and fin.any() else None
+    med_new = new.median_rel_std if np.isfinite(new.median_rel_std) else None
+    return HeldDesign(sources=sources, rank=int(keep.sum()), n_base=int(F0.shape[0]),
+                      rel_std_held=plain(rel), rel_std_new=plain(new.rel_std),
+                      median_rel_std_held=med_held, median_rel_std_new=med_new)
+
+
 def trajectories(scn: Scenario, model, timings: dict | None = None) -> dict:
-    """label -> (trajectory, TrajectoryInfo) for the excitation and validation trajectories."""
+    """label -> (trajectory, TrajectoryInfo) for the excitation and validation trajectories.
+    With data already held (``trajectories.excitation.held``) the excitation is designed for
+    the combined estimate (information0) and its info carries :class:`HeldDesign`."""
     terms = scn.identification.friction_terms
     for label in LABELS:        # a bad trajectory file is refused before anything is optimized
         spec = getattr(scn.trajectories, label)
         if spec.source == "file":
             load_trajectory_file(spec.file, label, model.n)
     ctx = design_context(scn, model, terms)
+    F0, sources = None, []
+    if scn.trajectories.excitation.held:
+        with progress.step("held data", timings):
+            F0, sources = held_information(scn, model, terms, ctx)
     out = {}
     for label in LABELS:
+        spec = getattr(scn.trajectories, label)
+        info0 = F0 if label == "excitation" else None
         with progress.step(f"{label} trajectory", timings):
-            out[label] = get_trajectory(getattr(scn.trajectories, label), model, terms, label, ctx)
+            out[label] = get_trajectory(spec, model, terms, label, ctx, information0=info0)
+        if info0 is not None:
+            tr, info = out[label]
+            info.held = held_design(info, tr, model, make_problem(spec, model, terms, ctx),
+                                    info0, sources)
+            if info.logdet is None:
+                raise InputError("trajectories.excitation.held: the held data and the new "
+                                 "trajectory together leave base parameters unidentifiable "
+                                 "(singular information); excite the joints the held data "
+                                 "do not move")
     return out

@@ -37,20 +37,73 @@ class _NLP:
     subs: dict | None = None           # screened solvers by row selection
     kinds: np.ndarray | None = None    # (rows,) kind of each row: q qd qdd z col tau rms
     callbacks: list | None = None      # constraint-row callbacks (must outlive the solver)
+    parts: list | None = None          # per group: its MX rows (G = vertcat(parts))
+    sources: list | None = None        # per group: None or (_SampleRows, first row, sign)
 
-    def sub_solver(self, keep: np.ndarray) -> ca.Function:
-        """IPOPT solver of the same problem with only the constraint rows `keep` (bool mask)."""
-        key = hashlib.sha1(np.packbits(keep).tobytes()).hexdigest()
+    def sub_solver(self, keep: np.ndarray | None, warm: bool = False) -> ca.Function:
+        """IPOPT solver of the same problem with only the constraint rows `keep` (bool mask;
+        None: all rows). warm: started from the previous solve's primal-dual point (the caller
+        passes x0, lam_g0, lam_x0) with a small barrier parameter, instead of pushing the
+        iterate back into the interior (a cold re-solve spent ~80 iterations to come back to
+        where the previous one ended)."""
+        key = ("all" if keep is None else hashlib.sha1(np.packbits(keep).tobytes()).hexdigest(),
+               bool(warm))
+        if key == ("all", False):
+            return self.solver
         if self.subs is None:
             self.subs = {}
         if key not in self.subs:
             if len(self.subs) > 16:
                 self.subs.clear()
             x, f, G = self.symbols
-            idx = [int(i) for i in np.flatnonzero(keep)]
-            self.subs[key] = ca.nlpsol("excitation_screened", "ipopt",
-                                       {"x": x, "f": f, "g": G[idx]}, self.opts)
-        return self.subs[key]
+            g, cbs = (G, []) if keep is None else self._kept_rows(keep)
+            opts = dict(self.opts)
+            if warm:
+                opts.update(WARM_START_OPTIONS)
+            self.subs[key] = (ca.nlpsol("excitation_screened", "ipopt", {"x": x, "f": f, "g": g},
+                                        opts), cbs)
+        return self.subs[key][0]
+
+    def _kept_rows(self, keep: np.ndarray):
+        """(MX of the rows `keep` in G's order, the callbacks behind them). Rows computed by a
+        sample-row callback come from a new callback evaluating only the kept rows
+        (_RowSubset); other rows are selected from their MX expressions."""
+        x = self.symbols[0]
+        picked, subsets = [], {}
+        for gi, (_, _, sl, _) in enumerate(self.groups):
+            k = np.flatnonzero(keep[sl])
+            src = self.sources[gi] if self.sources else None
+            picked.append(k)
+            if src is not None and k.size:
+                subsets.setdefault(id(src[0]), (src[0], []))[1].append(src[1] + k)
+        outs, cbs = {}, []
+        for key, (rows, idx) in subsets.items():
+            cb = _RowsCallback("rows_subset", rows.subset(np.concatenate(idx)), x.shape[0])
+            cbs.append(cb)
+            outs[key] = [cb(x), 0]
+        g = []
+        for gi, k in enumerate(picked):
+            if not k.size:
+                continue
+            src = self.sources[gi] if self.sources else None
+            if src is None:
+                g.append(self.parts[gi][[int(i) for i in k]])
+            else:
+                out = outs[id(src[0])]
+                g.append(src[2] * out[0][out[1]:out[1] + k.size])
+                out[1] += k.size
+        return (ca.vertcat(*g) if g else ca.MX(0, 1)), cbs
+
+
+#: IPOPT options of a warm-started re-solve (see _NLP.sub_solver)
+WARM_START_OPTIONS = {"ipopt.warm_start_init_point": "yes", "ipopt.mu_init": 1e-4,
+                      "ipopt.warm_start_bound_push": 1e-6, "ipopt.warm_start_bound_frac": 1e-6,
+                      "ipopt.warm_start_slack_bound_push": 1e-6,
+                      "ipopt.warm_start_slack_bound_frac": 1e-6,
+                      "ipopt.warm_start_mult_bound_push": 1e-6,
+                      # it starts at a converged point: stop 3 (not 10) acceptable iterations
+                      # after the new rows hold
+                      "ipopt.acceptable_iter": 3}
 
 
 _NLP_CACHE: dict = {}
@@ -274,13 +327,18 @@ class _SampleRows:
         self.q_start = np.asarray(q_start, float)
         self.P, self.V, self.A = P, V, A
         self.N = P.shape[0]
+        self.size = self.R * self.N
 
-    def _states(self, x):
+    def _states(self, x, k=slice(None)):
         n, m = self.n, self.m
         X = x[:n * m].reshape(n, m)
         q0 = self.q_start.copy()
         q0[self.free] = x[n * m:]
-        return q0[None, :] + self.P @ X.T, self.V @ X.T, self.A @ X.T
+        return q0[None, :] + self.P[k] @ X.T, self.V[k] @ X.T, self.A[k] @ X.T
+
+    def subset(self, idx: np.ndarray) -> "_RowSubset":
+        """The output rows `idx` (indices into value()) only, evaluated at their samples only."""
+        return _RowSubset(self, idx)
 
     def value(self, x) -> np.ndarray:
         H = self.fh(*self._states(x))[:, :, 0]                   # (N, R)
@@ -296,13 +354,40 @@ class _SampleRows:
         return np.hstack([JX, Jf])
 
 
+class _RowSubset:
+    """Rows `idx` of a :class:`_SampleRows` (same order): h and its Jacobian evaluated at the
+    samples those rows belong to only. A screened solver keeps a few hundred of the thousands
+    of clearance rows; evaluating (and converting) the whole dense Jacobian every iteration
+    was most of its evaluation time."""
+
+    def __init__(self, base: _SampleRows, idx: np.ndarray):
+        idx = np.asarray(idx, int)
+        self.base, self.r, k = base, idx // base.N, idx % base.N
+        self.K, self.kpos = np.unique(k, return_inverse=True)
+        self.size = int(idx.size)
+        self.Pk, self.Vk, self.Ak = base.P[k], base.V[k], base.A[k]
+
+    def value(self, x) -> np.ndarray:
+        H = self.base.fh(*self.base._states(x, self.K))[:, :, 0]      # (|K|, R)
+        return H[self.kpos, self.r]
+
+    def jacobian(self, x) -> np.ndarray:
+        b = self.base
+        n = b.n
+        Jq = b.fj(*b._states(x, self.K))[self.kpos, self.r]          # (S, 3n)
+        a, v, c = Jq[:, :n], Jq[:, n:2 * n], Jq[:, 2 * n:]
+        JX = (a[:, :, None] * self.Pk[:, None, :] + v[:, :, None] * self.Vk[:, None, :]
+              + c[:, :, None] * self.Ak[:, None, :]).reshape(self.size, -1)
+        return np.hstack([JX, a[:, b.free]])
+
+
 class _RowsCallback(ca.Callback):
     """CasADi Function x -> rows of a :class:`_SampleRows` (Jacobian via get_jacobian)."""
 
     def __init__(self, name, rows: _SampleRows, nx: int, jac: bool = False, opts=None):
         ca.Callback.__init__(self)
         self.rows, self.nx, self.jac = rows, nx, jac
-        self.size = rows.R * rows.N
+        self.size = rows.size
         self._jac = None
         self.construct(name, opts or {})
 
@@ -387,10 +472,13 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
     g, lbg, ubg, groups = [], [], [], []
     off = 0
 
-    def add(expr, lo, hi, label, joint, kind):
+    sources = []    # per group: None (an MX expression) or (_SampleRows, first output row, sign)
+
+    def add(expr, lo, hi, label, joint, kind, src=None):
         nonlocal off
         sz = expr.shape[0] * expr.shape[1]
         g.append(ca.reshape(expr, sz, 1))
+        sources.append(src)
         lbg.append(np.broadcast_to(lo, (sz,)))
         ubg.append(np.broadcast_to(hi, (sz,)))
         groups.append((label, joint, slice(off, off + sz), kind))
@@ -406,46 +494,56 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
         if np.isfinite(lim["qdd_max"][i]):
             add((QDD[i, ::cs] / lim["qdd_max"][i]).T, -bound, bound, "acceleration limit", i,
                 "qdd")
+    callbacks = []
     if problem.z_min is not None:
-        O = model.link_origins_function().map(N, "serial")(Q)   # (3, (n+1) N)
-        Z = ca.reshape(O[2, :], n + 1, N)                        # (n+1, N)
         # origins whose height never changes (e.g. the shoulder) are settled by check_problem
         rng = np.random.default_rng(0)
         lo = np.maximum(lim["q_min"], -math.pi)
         hi = np.minimum(lim["q_max"], math.pi)
         z_var = np.ptp(model.link_origins(rng.uniform(lo, hi, (64, n)))[:, :, 2], axis=0)
-        for j in range(1, n + 1):
-            if z_var[j] > 1e-9:
-                add(Z[j, :].T, float(problem.z_min), np.inf,
-                    "workspace z >= z_min (origin of frame)", j - 1, "z")
+        moving = [j for j in range(1, n + 1) if z_var[j] > 1e-9]
+        if moving:
+            # heights at every grid sample as generated C with the exact Jacobian (the MX graph
+            # of the origins mapped over the grid cost ~15 ms per Jacobian evaluation)
+            qs, vs, us = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
+            Oz = model.link_origins_function()(qs)[2, :]
+            h = ca.Function("heights", [qs, vs, us], [ca.vertcat(*[Oz[j] for j in moving])])
+            rows = _SampleRows(h, n, m, free, q_start, P, V, A)
+            cb = _RowsCallback("heights", rows, n * m + nf)
+            callbacks.append(cb)
+            Zr = cb(x)                                             # (len(moving) N,) row-major
+            for r, j in enumerate(moving):
+                add(Zr[r * N:(r + 1) * N], float(problem.z_min), np.inf,
+                    "workspace z >= z_min (origin of frame)", j - 1, "z", (rows, r * N, 1.0))
     Nc = N // cs
-    callbacks = []
     if problem.collision_margin is not None:
         # capsule clearance rows at the constraint samples (screened like the limit rows)
         ac = collision_model(model, problem)
         fd = ac.distance_function()
         qs, vs, us = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
         h = ca.Function("clear", [qs, vs, us], [fd(qs)])
-        cb = _RowsCallback("clearance", _SampleRows(h, n, m, free, q_start, P[::cs], V[::cs],
-                                                    A[::cs]), n * m + nf)
+        # on the whole grid in both stages: the rows are screened (only those near their
+        # margin reach IPOPT), and a coarse grid let clearances dip between its samples
+        rows = _SampleRows(h, n, m, free, q_start, P, V, A)
+        cb = _RowsCallback("clearance", rows, n * m + nf)
         callbacks.append(cb)
-        D = cb(x)                                                  # (R Nc,) row-major
+        D = cb(x)                                                  # (R N,) row-major
         own = ac.row_owner()
         for k, lab in enumerate(ac.pair_labels()):
             r = np.flatnonzero(own == k)
             if r.size:
-                add(D[int(r[0]) * Nc:(int(r[-1]) + 1) * Nc], float(problem.collision_margin),
-                    np.inf, f"clearance {lab}", -1, "col")
+                add(D[int(r[0]) * N:(int(r[-1]) + 1) * N], float(problem.collision_margin),
+                    np.inf, f"clearance {lab}", -1, "col", (rows, int(r[0]) * N, 1.0))
     if problem.torque_limit is not None:
         from .torque import torque_ratio_function
-        cb = _RowsCallback("torque", _SampleRows(torque_ratio_function(model, problem.torque_limit),
-                                                 n, m, free, q_start, P[::cs], V[::cs], A[::cs]),
-                           n * m + nf)
+        rows = _SampleRows(torque_ratio_function(model, problem.torque_limit),
+                           n, m, free, q_start, P[::cs], V[::cs], A[::cs])
+        cb = _RowsCallback("torque", rows, n * m + nf)
         callbacks.append(cb)
         Rt = cb(x)
         for i in range(n):      # as -ratio >= -1: a dense-grid excess raises the lower bound
             add(-Rt[i * Nc:(i + 1) * Nc], -1.0, np.inf, "motor-torque limit (-bound / tau_max)",
-                i, "tau")
+                i, "tau", (rows, i * Nc, -1.0))
     vmin = _rms_bounds(model, problem)
     if vmin is not None:
         for i in range(n):
@@ -476,14 +574,14 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
         linear[sl] = kind in ("q", "qd", "qdd")
         kinds[sl] = kind
         step = cs if kind in ("q", "qd", "qdd", "tau") else 1
-        if kind == "col":               # rows of the pair, each over the Nc samples
-            sample[sl] = (np.arange(sl.stop - sl.start) % Nc) * cs
+        if kind == "col":               # rows of the pair, each over the N samples
+            sample[sl] = np.arange(sl.stop - sl.start) % N
         else:
             sample[sl] = np.arange(sl.stop - sl.start) * step
     nlp = _NLP(solver=solver, lbg=lbg, ubg=ubg, lbx=lbx, ubx=ubx, groups=groups,
                g_fun=ca.Function("g", [x], [G]), f_fun=ca.Function("f", [x], [f]), bp=bp,
                build_time_s=time.perf_counter() - t0, keep=keep, symbols=(x, f, G), opts=opts,
-               callbacks=callbacks,
+               callbacks=callbacks, parts=g, sources=sources,
                linear=linear, sample=sample, kinds=kinds)
     if len(_NLP_CACHE) > 8:
         _NLP_CACHE.clear()

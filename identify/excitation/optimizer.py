@@ -32,16 +32,23 @@ identify.model.regressor.compile_function), M = W^T W, its eigen-decomposition a
 in numpy, the chain to the coefficients through the constant Fourier bases (reference arm, 200
 samples: J + gradient ~4 ms instead of ~38 ms through the MX graph; tested against the graph's
 derivative and finite differences).
-hessian="exact" keeps the CasADi graph (second derivatives). Each start runs in two stages:
-r = 4 from the random initial guess (robust progress from a poor start), then a warm-started
-"polish" with r = ``polish_power`` (16), which is close to cond itself. To save IPOPT's linear algebra (which grows with the
+hessian="exact" keeps the CasADi graph (second derivatives). Every start runs r = 4 from its
+random initial guess (robust progress from a poor start); the best start is then "polished" from
+its end point with r = ``polish_power`` (16), which is close to cond itself. Only the best start
+is polished: a polish costs about as much as a start and moves cond by ~10 %, less than the
+spread between starts. To save IPOPT's linear algebra (which grows with the
 number of constraint rows and dominated the solve time), the first stage constrains only every
 ``screen_stride``-th grid sample with the correspondingly stronger tightening, and the polish sees
 only the rows near their bound plus every ``screen_stride``-th one, re-solving with more rows until
-the whole grid holds (:func:`_screened_solve`). Measured on the reference arm (paper settings,
-2 starts): r = 1, 2, 4, 8, 16, 64 alone all end at cond(W_base) 31-34; r = 4 then 16 ends at
-28-30 without screening, 27.7 / 28.2 / 28.5 (seeds 0 / 1 / 2) with it, in half the time. IPOPT
-stops when J has changed by less than ``obj_change_tol`` (relative) for 10 iterations. Coulomb
+the whole grid holds (:func:`_screened_solve`). Such a re-solve (and the one after a violation
+found between grid samples) starts from the previous primal-dual point with a small barrier
+parameter (_NLP.sub_solver, WARM_START_OPTIONS): 5-50 iterations instead of 50-100 from a cold
+start. Starts are independent and run in forked worker processes, one per core
+(:func:`_map_starts`, same result as in one process). Measured on the reference arm (issue-4
+settings, no table or collision, 2 starts): r = 1, 2, 4, 8, 16, 64 alone all end at cond(W_base)
+31-34; r = 4 then 16 ends at 28-30 without screening, 27.7 / 28.2 / 28.5 (seeds 0 / 1 / 2) with
+it, in half the time. IPOPT stops when J has changed by less than ``obj_change_tol`` (relative)
+for 10 iterations. Coulomb
 columns use a smooth sign tanh(qd/eps) inside the optimizer. The figure reported and judged is
 always the plain cond(W_base) with the exact sign, on a grid 10x denser than the optimization grid
 (:attr:`ExcitationResult.cond`).
@@ -61,9 +68,12 @@ grid samples found on the dense grid raises the table for that start and re-solv
 Collision and motor-torque constraints (``collision_margin``, ``obstacles``, ``torque_limit``;
 docs/excitation.md): per grid sample, the capsule distances of every checked pair
 (identify.model.collision) stay >= the margin and the hardware's motor-torque bound
-(identify.excitation.torque) <= the drives' limits. Both are evaluated as generated C with exact
-Jacobians (objective._SampleRows) and screened like the limit rows (a clearance row enters
-IPOPT's problem when it comes within ``collision_screen`` of its margin). The dense check grid
+(identify.excitation.torque) <= the drives' limits; so are the table rows. All three are
+evaluated as generated C with exact Jacobians (objective._SampleRows) and screened like the limit
+rows (a clearance or table row enters IPOPT's problem when it comes within ``collision_screen``
+of its bound; a screened solver's callback evaluates only its kept rows, objective._RowSubset).
+Clearance and table rows sit on the whole grid in both stages (on the coarse first-stage grid
+the capsules passed through each other between samples). The dense check grid
 verifies them; a violation between grid samples tightens that pair's / joint's rows and
 re-solves, and a start IPOPT ends infeasible on them is shrunk towards its (feasible) start pose
 until everything holds. ``objective`` selects cond (above), d_optimal or a_optimal
@@ -115,7 +125,8 @@ def _coarse_stride(problem: ExcitationProblem, lim: dict, q_start, free) -> int:
     return 1
 
 
-def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: ExcitationProblem):
+def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: ExcitationProblem,
+                    warm=None):
     """Solve `nlp` keeping only the constraint rows that can matter (IPOPT's KKT work grows with
     the number of rows; most of the 3 n N limit rows are far from active).
 
@@ -125,42 +136,58 @@ def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitat
     or have come within the threshold are added and the solve is repeated warm-started (at most
     4 rounds, then the full problem). The returned point therefore satisfies *every* row of the
     full problem whenever the full problem's solve would. screen_stride None/<= 1: full problem.
-    Returns (solution dict, IPOPT stats of the last solve, total iterations, evaluation time [s]).
+    warm: (lam_g (all rows), lam_x) of a previous solve of the same rows' problem: the first
+    round then starts from that primal-dual point too (_NLP.sub_solver).
+    Returns (solution dict with "lam_g_all": the multipliers of every row (0 for rows left out),
+    IPOPT stats of the last solve, total iterations, evaluation time [s]).
     """
     stride = None if problem is None else problem.screen_stride
     ev_keys = ("f", "grad_f", "g", "jac_g")
 
-    def run(solver, keep):
+    def run(keep, x0, warm):
         sel = slice(None) if keep is None else keep
-        sol = solver(x0=x0, lbg=lbg[sel], ubg=nlp.ubg[sel], lbx=nlp.lbx, ubx=nlp.ubx)
+        args = dict(x0=x0, lbg=lbg[sel], ubg=nlp.ubg[sel], lbx=nlp.lbx, ubx=nlp.ubx)
+        if warm is not None:
+            args.update(lam_g0=warm[0][sel], lam_x0=warm[1])
+        solver = nlp.sub_solver(keep, warm=warm is not None)
+        sol = solver(**args)
         st = solver.stats()
+        lam = np.zeros(lbg.size)
+        lam[sel] = np.asarray(sol["lam_g"]).reshape(-1)
+        sol = dict(sol, lam_g_all=lam)
         return sol, st, int(st.get("iter_count", 0)), sum(float(st.get(f"t_wall_nlp_{k}", 0.0))
                                                           for k in ev_keys)
+
+    def next_warm(sol):
+        xs = np.asarray(sol["x"]).reshape(-1)
+        if not np.all(np.isfinite(xs)):
+            return None
+        return sol["lam_g_all"], np.asarray(sol["lam_x"]).reshape(-1)
     has_col = nlp.kinds is not None and bool(np.any(nlp.kinds == "col"))
     if (not stride or stride <= 1 or nlp.linear is None
             or (int(nlp.linear.sum()) < int(problem.screen_min_rows) and not has_col)):
-        return run(nlp.solver, None)
+        return run(None, x0, warm)
     theta = float(problem.screen_threshold)
     bound = np.where(nlp.linear, nlp.ubg, np.inf)
     kinds = nlp.kinds if nlp.kinds is not None else np.zeros(nlp.lbg.size, "<U4")
-    col, tau = kinds == "col", kinds == "tau"
-    screenable = nlp.linear | col | tau
+    col, tau, zr = kinds == "col", kinds == "tau", kinds == "z"
+    screenable = nlp.linear | col | tau | zr
 
     def near_rows(g):
         """Linear and torque rows within theta of their bound (and their neighbours +-2
-        samples), clearance rows within collision_screen [m] of their margin."""
+        samples), clearance and table rows within collision_screen [m] of their bound."""
         hot = (nlp.linear & (np.abs(g) >= theta * bound)) | (tau & (-g >= theta))
         out = hot.copy()
         for d in (1, 2):
             out[d:] |= hot[:-d]
             out[:-d] |= hot[d:]
-        out |= col & (g - lbg <= float(problem.collision_screen))
+        out |= (col | zr) & (g - lbg <= float(problem.collision_screen))
         return out & screenable
     g = np.asarray(nlp.g_fun(x0)).reshape(-1)
-    keep = ~screenable | ((nlp.linear | tau) & (nlp.sample % int(stride) == 0)) | near_rows(g)
+    keep = ~screenable | ((nlp.linear | tau | zr) & (nlp.sample % int(stride) == 0)) | near_rows(g)
     iters, t_ev = 0, 0.0
     for _ in range(4):
-        sol, st, it, ev = run(nlp.sub_solver(keep), keep)
+        sol, st, it, ev = run(keep, x0, warm)
         iters, t_ev = iters + it, t_ev + ev
         xs = np.asarray(sol["x"]).reshape(-1)
         if not np.all(np.isfinite(xs)):
@@ -171,8 +198,8 @@ def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitat
         if not viol.size or viol.max() <= 1e-9:
             return sol, st, iters, t_ev
         keep = keep | near
-        x0 = xs
-    sol, st, it, ev = run(nlp.solver, None)
+        x0, warm = xs, next_warm(sol)
+    sol, st, it, ev = run(None, x0, next_warm(sol))
     return sol, st, iters + it, t_ev + ev
 
 
@@ -199,7 +226,8 @@ def _worst_violation(nlp: _NLP, x: np.ndarray, names, lbg=None) -> tuple[float, 
 # ------------------------------------------------------------------------------------------------
 def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed: int = 0,
                         n_starts: int = 2, cache_dir=None, progress: bool = False,
-                        bp=None, information0=None) -> ExcitationResult:
+                        bp=None, information0=None, workers: int | None = None
+                        ) -> ExcitationResult:
     """Optimize a Fourier excitation trajectory for problem.objective (cond(W_base) by default;
     see module docstring), safe under its collision and torque constraints.
 
@@ -218,6 +246,9 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
         information0: (p, p) Fisher information already held (recorded trajectories,
             identify.excitation.information.information_of); the D / A-optimal objectives then
             optimize the new trajectory for the combined estimate.
+        workers: processes running the starts (None: one per start up to the cores this
+            process may use; 1: in this process). The result does not depend on it
+            (:func:`_map_starts`).
 
     Returns: :class:`ExcitationResult`.
     Raises: :class:`ExcitationInfeasible` naming the constraint when no start finds a feasible
@@ -227,11 +258,11 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
     with single_thread_blas():
         return _optimize_excitation(model, problem, seed=seed, n_starts=n_starts,
                                     cache_dir=cache_dir, progress=progress, bp=bp,
-                                    information0=information0)
+                                    information0=information0, workers=workers)
 
 
 def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress, bp,
-                         information0=None):
+                         information0=None, workers=None):
     problem = ExcitationProblem() if problem is None else problem
     if int(n_starts) < 1:
         raise ValueError(f"n_starts must be >= 1, got {n_starts!r}")
@@ -289,12 +320,13 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
 
     def solve(nlp_k, x0, lbg, screen=True):
         """One IPOPT solve; a table violation between grid samples raises the table (lbg of the
-        z rows) by what the dense grid found and re-solves warm-started, at most 3 times."""
-        dt, iters, text, tr, t_ev = 0.0, 0, None, None, 0.0
+        z rows) by what the dense grid found and re-solves warm-started (primal and dual), at
+        most 3 times."""
+        dt, iters, text, tr, t_ev, warm = 0.0, 0, None, None, 0.0, None
         for attempt in range(4):
             t0 = time.perf_counter()
             sol, st, it_k, ev_k = _screened_solve(nlp_k, x0, lbg,
-                                                  problem if screen else None)
+                                                  problem if screen else None, warm)
             dt += time.perf_counter() - t0
             iters += it_k
             t_ev += ev_k
@@ -330,6 +362,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
                 if kind == "tau" and t_viol[j] > 1e-9:          # that joint's rows only
                     lbg[sl] += 1.5 * t_viol[j] + 1e-4
             x0 = xs
+            warm = (sol["lam_g_all"], np.asarray(sol["lam_x"]).reshape(-1))
         if not ok and np.all(np.isfinite(xs)) and (caps is not None or
                                                    problem.torque_limit is not None):
             # IPOPT can end infeasible on the nonconvex clearance / torque rows: shrink the
@@ -343,7 +376,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
                 "iterations": iters, "status": st.get("return_status", "?"),
                 "objective": float(sol["f"])}
 
-    for s in range(int(n_starts)):
+    def run_start(s):
         rng = np.random.default_rng([int(seed), s])
         x0 = _to_x(_initial_guess(model, problem, rng, lim, caps), free)
         # clearance rows are screened in both stages (most pairs stay far apart)
@@ -351,42 +384,57 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         cond = score(r1["tr"]) if r1["ok"] else np.inf
         entry = {"start": s, "status": r1["status"], "iterations": r1["iterations"],
                  "time_s": r1["time_s"], "eval_time_s": r1["eval_s"], "objective": r1["objective"],
-                 "cond": float(cond)}
-        out = r1
-        if r1["ok"] and nlp2 is not None:
-            lbg2 = nlp2.lbg.copy()
-            raised = {(lab, j): float(np.max(r1["lbg"][sl] - nlp.lbg[sl])) for lab, j, sl, kind
-                      in nlp.groups if kind in ("col", "tau") and sl.stop > sl.start}
-            for lab, j, sl, kind in nlp2.groups:
-                if kind == "z":
-                    lbg2[sl] += z_raised(nlp, r1["lbg"])
-                elif kind in ("col", "tau"):   # each pair / joint keeps stage 1's raise
-                    lbg2[sl] += raised.get((lab, j), 0.0)
-            r2 = solve(nlp2, r1["x"], lbg2)
-            c2 = score(r2["tr"]) if r2["ok"] else np.inf
-            entry.update(polish_status=r2["status"], polish_iterations=r2["iterations"],
-                         polish_time_s=r2["time_s"], polish_cond=float(c2))
-            entry["time_s"] += r2["time_s"]
-            entry["eval_time_s"] += r2["eval_s"]
-            if c2 < cond:
-                cond, out = c2, r2
-        solver_time += entry["time_s"]
-        ok = out["ok"]
-        if not ok:
-            worst_text = out["text"]
-        entry.update(feasible=bool(ok), cond=float(cond))
-        if problem.objective != "cond":      # `cond` held the criterion: keep both
-            entry.update(criterion=float(cond),
-                         cond=float(cond_check(out["tr"])) if ok else float("inf"))
-        starts.append(entry)
+                 "cond": float(cond), "feasible": bool(r1["ok"])}
         if progress:
             from identify.common.progress import message
             message(f"excitation start {s + 1}/{n_starts}: "
                     f"{ipopt_status_text(entry['status'], r1['ok'], problem.max_iter)}, "
-                    f"{entry['iterations']} it" +
-                    (f" + polish {entry['polish_iterations']} it" if "polish_iterations" in entry
-                     else "") + f", {entry['time_s']:.1f} s, cond {entry['cond']:.2f}")
-        if ok and (best is None or cond < best[0]):
+                    f"{entry['iterations']} it, {entry['time_s']:.1f} s, "
+                    f"{'cond' if problem.objective == 'cond' else problem.objective} "
+                    f"{entry['cond']:.4g}")
+        return entry, r1
+
+    stage1 = _map_starts(run_start, int(n_starts), workers)
+    for entry, r1 in stage1:
+        if not r1["ok"]:
+            worst_text = r1["text"]
+    # the polish (cond only) refines the best start only: it costs as much as a start, and
+    # moves cond by ~10 %, less than the spread between starts
+    feasible = [k for k, (e, _) in enumerate(stage1) if e["feasible"]]
+    if nlp2 is not None and feasible:
+        k = min(feasible, key=lambda i: stage1[i][0]["cond"])
+        entry, r1 = stage1[k]
+        lbg2 = nlp2.lbg.copy()
+        raised = {(lab, j): float(np.max(r1["lbg"][sl] - nlp.lbg[sl])) for lab, j, sl, kind
+                  in nlp.groups if kind in ("col", "tau") and sl.stop > sl.start}
+        for lab, j, sl, kind in nlp2.groups:
+            if kind == "z":
+                lbg2[sl] += z_raised(nlp, r1["lbg"])
+            elif kind in ("col", "tau"):   # each pair / joint keeps stage 1's raise
+                lbg2[sl] += raised.get((lab, j), 0.0)
+        r2 = solve(nlp2, r1["x"], lbg2)
+        c2 = score(r2["tr"]) if r2["ok"] else np.inf
+        entry.update(polish_status=r2["status"], polish_iterations=r2["iterations"],
+                     polish_time_s=r2["time_s"], polish_cond=float(c2),
+                     stage1_cond=entry["cond"])
+        entry["time_s"] += r2["time_s"]
+        entry["eval_time_s"] += r2["eval_s"]
+        if c2 < entry["cond"]:
+            entry["cond"] = float(c2)
+            stage1[k] = (entry, r2)
+        if progress:
+            from identify.common.progress import message
+            message(f"excitation polish of start {k + 1}: "
+                    f"{ipopt_status_text(r2['status'], r2['ok'], nlp2.opts.get('ipopt.max_iter'))}"
+                    f", {r2['iterations']} it, {r2['time_s']:.1f} s, cond {c2:.2f}")
+    for entry, out in stage1:
+        solver_time += entry["time_s"]
+        cond = entry["cond"]
+        if problem.objective != "cond":      # `cond` held the criterion: keep both
+            entry.update(criterion=float(cond),
+                         cond=float(cond_check(out["tr"])) if out["ok"] else float("inf"))
+        starts.append(entry)
+        if out["ok"] and (best is None or cond < best[0]):
             best = (cond, out["tr"], out["objective"])
     if best is None:
         raise ExcitationInfeasible(
@@ -420,6 +468,67 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         _save_cache(cache_file, res)
         res.cache_file = str(cache_file)
     return res
+
+
+#: the start job of the running _map_starts (inherited by its forked workers)
+_START_JOB = None
+
+
+def _run_start_job(s: int):
+    return _START_JOB(s)
+
+
+def _start_worker_init(parent: int) -> None:
+    """Forked start worker: die with the parent. A parent killed by a signal (SIGTERM has no
+    handler in a twin run) would otherwise leave its pool workers waiting for work forever."""
+    import ctypes
+    import os
+    import signal
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))    # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:           # the parent died before prctl took effect
+        os._exit(1)
+
+
+def start_workers(n_starts: int, workers: int | None = None) -> int:
+    """How many processes _map_starts uses: `workers` (None: the cores this process may use),
+    at most one per start, and 1 where forking is not safe or possible: not Linux, a daemonic
+    process (a pool worker), or other threads alive (a forked child could inherit a held lock)."""
+    import multiprocessing as mp
+    import os
+    import sys
+    import threading
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    w = max(1, min(int(workers), int(n_starts)))
+    if (w < 2 or not sys.platform.startswith("linux") or mp.current_process().daemon
+            or threading.active_count() > 1):
+        return 1
+    return w
+
+
+def _map_starts(job, n_starts: int, workers: int | None) -> list:
+    """[job(s) for s in range(n_starts)], the independent starts run in forked worker processes
+    when start_workers() allows (the children inherit the built problem, its compiled functions
+    and the one-thread BLAS; every start is seeded by its index, so the results are the same
+    as in one process)."""
+    global _START_JOB
+    w = start_workers(n_starts, workers)
+    if w == 1:
+        return [job(s) for s in range(n_starts)]
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    _START_JOB = job
+    try:
+        import os
+        with cf.ProcessPoolExecutor(max_workers=w, mp_context=mp.get_context("fork"),
+                                    initializer=_start_worker_init,
+                                    initargs=(os.getpid(),)) as ex:
+            return list(ex.map(_run_start_job, range(n_starts)))
+    finally:
+        _START_JOB = None
 
 
 def _initial_guess(model, problem, rng, lim, caps=None) -> FourierTrajectory:

@@ -9,7 +9,7 @@ import numpy as np
 from .fourier import FourierTrajectory, _plain
 
 
-CACHE_VERSION = 4  # bump when the optimizer changes in a way that changes results
+CACHE_VERSION = 5  # bump when the optimizer changes in a way that changes results
 
 
 class ExcitationInfeasible(ValueError):
@@ -74,9 +74,10 @@ class ExcitationProblem:
             collision constraints. Needs the model's URDF (model.source).
         obstacles: declared obstacles (plain dicts, identify.model.collision.parse_obstacles).
         link_tubes: add the capsules between consecutive joint origins (the link structure).
-        collision_screen: capsule rows whose distance exceeds the margin by more than this [m]
-            at the current point are left out of IPOPT's problem (added back when they come
-            close, as for the limit rows).
+        collision_screen: capsule rows whose distance exceeds the margin (table rows whose
+            height exceeds z_min) by more than this [m] at the current point are left out of
+            IPOPT's problem (added back when they come close, as for the limit rows; table rows
+            of every screen_stride-th sample are always kept).
         torque_limit: None, or the motor-torque constraint (predicted motor torque of the prior
             model + payload + friction + rotor inertia + reducer loss, with margins, within the
             drives' limits; identify.excitation.torque): dict with (n,) lists f_mc, f_mv, f_lc,

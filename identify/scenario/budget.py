@@ -24,7 +24,9 @@ S_PER_SAMPLE = 5e-4
 BYTES_PER_SAMPLE = 16_000
 BASE_BYTES = 400 * 1024 ** 2
 BASE_S = 8.0
-S_PER_OPTIMIZER_START = 20.0
+#: paper settings with table and self-collision: 2 starts + the polish of the best 21 s in one
+#: process (15 s with the starts in 2 worker processes), 1-start validation ~5 s
+S_PER_OPTIMIZER_START = 9.0
 #: recording bytes per sample and joint on disk (NPZ, about 12 float64 channels)
 DISK_BYTES_PER_SAMPLE_JOINT = 12 * 8
 

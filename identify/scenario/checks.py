@@ -277,6 +277,7 @@ def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
         if t.start_deg is not None and n is not None and len(t.start_deg) != n:
             raise ctx.error(p + ("start_deg",), f"must have one angle per joint ({n}), "
                                                 f"got {len(t.start_deg)}")
+    _check_held(scn, ctx, n)
     ex, va = scn.trajectories.excitation, scn.trajectories.validation
     if ex.source == va.source == "optimize" and ex == va:
         raise ctx.error(("trajectories", "validation", "seed"), "the validation trajectory would "
@@ -320,6 +321,50 @@ def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
     else:
         _delegate("hardware", scn.hardware.to_settings(), ("hardware",), ctx,
                   required=bool(scn.hardware.options))
+
+
+def _check_held(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
+    """trajectories.excitation.held (identify.scenario.held): excitation only, an objective that
+    can use it, and each entry an existing run folder / recording of this arm's joints, or a
+    valid log description -- the error at the entry's line."""
+    from .held import held_file, joints_problem, path_problem, recording_header
+    if scn.trajectories.validation.held:
+        raise ctx.error(("trajectories", "validation", "held"), "held data belong to the "
+                        "excitation (trajectories.excitation.held); the validation trajectory "
+                        "stays independent of the fit")
+    ex = scn.trajectories.excitation
+    if not ex.held:
+        return
+    p = ("trajectories", "excitation")
+    if ex.source == "optimize" and ex.objective == "cond":
+        # cond(W_base) of the new trajectory alone cannot use the information already held
+        raise ctx.error(p + ("objective",) if ("trajectories", "excitation", "objective")
+                        in ctx.lines else p + ("held",),
+                        "held data need objective d_optimal or a_optimal: cond(W_base) is a "
+                        "figure of the new trajectory alone and would not put the excitation "
+                        "where the held estimate is weak (docs/excitation.md)")
+    joints = list(scn.arm.joints) if scn.arm.joints else None
+    for i, entry in enumerate(ex.held):
+        pi = p + ("held", i)
+        if isinstance(entry, LogSpec):
+            if entry.file is None:
+                raise ctx.error(pi, "a held log needs its 'file'")
+            _check_log_spec(scn, entry, pi, n, ctx)
+            continue
+        prob = path_problem(entry)
+        if prob is not None:
+            raise ctx.error(pi, prob)
+        _kind, f = held_file(entry)
+        try:
+            header = recording_header(f)
+        except ValueError as exc:
+            raise ctx.error(pi, str(exc)) from None
+        if joints is None:
+            joints = _urdf_joints(scn, ctx)
+        if joints is not None:
+            prob = joints_problem(str(f), header["joint_names"], joints)
+            if prob is not None:
+                raise ctx.error(pi, prob)
 
 
 def _check_log_spec(scn: Scenario, ls: LogSpec, p: tuple, n: int | None, ctx: _Ctx) -> None:

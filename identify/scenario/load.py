@@ -137,6 +137,7 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
         # prefer the error of the branch whose container type matched
         for exc, a in zip(errors, [a for a in args if a is not type(None)]):
             if (typing.get_origin(a) is tuple and isinstance(value, list)) or \
+               (dataclasses.is_dataclass(a) and isinstance(value, dict)) or \
                (a in (int, float) and isinstance(value, (int, float)) and not isinstance(value, bool)):
                 raise exc
         raise ctx.error(path, f"has the wrong type ({_tname(value)}); expected {_describe(tp)}")

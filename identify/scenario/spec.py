@@ -103,6 +103,12 @@ class TrajectorySpec:
         "auto", doc="predicted motor torque (prior model, payload, friction, rotor inertia, "
                     "reducer loss, the hardware's margins) within the drives' limits as a "
                     "constraint; auto: on for backend hardware")
+    held: tuple[Union[Path, LogSpec], ...] = _f(
+        (), doc="excitation only: data already recorded -- run folders of twinid run (their "
+                "recordings/excitation.npz), recording .npz files, or logs ({file: ..., preset: "
+                "...} as fit.excitation); the new trajectory is optimized for the combined "
+                "estimate (objective d_optimal / a_optimal) and the fit stacks them with the new "
+                "recording; see docs/excitation.md")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,78 @@
+"""The data already held (``trajectories.excitation.held``, :mod:`identify.scenario.held`) read
+into recordings: a run folder's recorded excitation, a recording ``.npz``, or a log through the
+log reader (:func:`identify.logs.load.load_log`). Every entry must be of the arm the scenario
+identifies (same joint names, same order); every problem raises
+:class:`~identify.common.errors.InputError` (exit 2) naming the key and the file."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from identify.backend.recording import Recording
+from identify.common.errors import InputError
+from identify.scenario.held import held_file, joints_problem, path_problem
+from identify.scenario.spec import LogSpec, Scenario
+
+from .load import gains_from_drives, load_log
+from .readers import LogError
+
+
+@dataclass
+class HeldRecording:
+    """One held entry, read. key: its scenario key (``trajectories.excitation.held[i]``);
+    source: the path given (run folder, recording or log file); kind: run | recording | log;
+    file: the file the samples came from; recording: the samples."""
+    key: str
+    source: str
+    kind: str
+    file: str
+    recording: Recording
+
+
+def load_held(scn: Scenario, joint_names, model=None, warnings: list | None = None
+              ) -> list[HeldRecording]:
+    """The recordings of ``scn.trajectories.excitation.held`` in the scenario's order, checked
+    against the arm's `joint_names` (n,). `model`: the RobotModel for the log unit guards."""
+    out = []
+    names = list(joint_names)
+    for i, entry in enumerate(scn.trajectories.excitation.held):
+        key = f"trajectories.excitation.held[{i}]"
+        if isinstance(entry, LogSpec):
+            gains = None
+            if scn.arm.drives is not None:
+                try:
+                    gains = gains_from_drives(scn.arm.drives, names)
+                except LogError:
+                    gains = None        # the log's own current_gains, or its error below
+            try:
+                rec = load_log(entry, names, gains=gains, where=f"{key}: {entry.file}",
+                               model=model, warnings=warnings)
+            except (LogError, ValueError, OSError) as exc:
+                raise InputError(f"{key}: {exc}") from None
+            out.append(HeldRecording(key, str(entry.file), "log", str(entry.file), rec))
+            continue
+        prob = path_problem(entry)
+        if prob is not None:
+            raise InputError(f"{key}: {prob}")
+        kind, f = held_file(Path(entry))
+        try:
+            rec = Recording.load(f)
+        except (ValueError, OSError, KeyError) as exc:
+            msg = str(exc).replace(f"{f}: ", "")
+            raise InputError(f"{key}: {f} is not a twinid recording ({msg})") from None
+        prob = joints_problem(str(f), rec.joint_names, names)
+        if prob is not None:
+            raise InputError(f"{key}: {prob}")
+        out.append(HeldRecording(key, str(entry), kind, str(f), rec))
+    return out
+
+
+def missing_signals(held: list[HeldRecording], channels) -> None:
+    """Refuse held data without a torque channel the fit uses (`channels`: "tau_j" / "tau_m"),
+    naming the entry, its file and the channel."""
+    what = {"tau_j": "joint torques (tau_j)", "tau_m": "motor torques (tau_m or currents)"}
+    for h in held:
+        for ch in channels:
+            if getattr(h.recording, ch) is None:
+                raise InputError(f"{h.key}: {h.file} has no {what.get(ch, ch)}, which the fit of "
+                                 f"the new recording uses; held data need the same signals")
