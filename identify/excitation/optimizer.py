@@ -32,11 +32,9 @@ identify.model.regressor.compile_function), M = W^T W, its eigen-decomposition a
 in numpy, the chain to the coefficients through the constant Fourier bases (reference arm, 200
 samples: J + gradient ~4 ms instead of ~38 ms through the MX graph; tested against the graph's
 derivative and finite differences).
-hessian="exact" keeps the CasADi graph (second derivatives). Every start runs r = 4 from its
-random initial guess (robust progress from a poor start); the best start is then "polished" from
-its end point with r = ``polish_power`` (16), which is close to cond itself. Only the best start
-is polished: a polish costs about as much as a start and moves cond by ~10 %, less than the
-spread between starts. To save IPOPT's linear algebra (which grows with the
+hessian="exact" keeps the CasADi graph (second derivatives). Each start runs in two stages:
+r = 4 from the random initial guess (robust progress from a poor start), then a "polish" from its
+end point with r = ``polish_power`` (16), which is close to cond itself. To save IPOPT's linear algebra (which grows with the
 number of constraint rows and dominated the solve time), the first stage constrains only every
 ``screen_stride``-th grid sample with the correspondingly stronger tightening, and the polish sees
 only the rows near their bound plus every ``screen_stride``-th one, re-solving with more rows until
@@ -376,34 +374,8 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
                 "iterations": iters, "status": st.get("return_status", "?"),
                 "objective": float(sol["f"])}
 
-    def run_start(s):
-        rng = np.random.default_rng([int(seed), s])
-        x0 = _to_x(_initial_guess(model, problem, rng, lim, caps), free)
-        # clearance rows are screened in both stages (most pairs stay far apart)
-        r1 = solve(nlp, x0, nlp.lbg.copy(), screen=coarse == 1 or caps is not None)
-        cond = score(r1["tr"]) if r1["ok"] else np.inf
-        entry = {"start": s, "status": r1["status"], "iterations": r1["iterations"],
-                 "time_s": r1["time_s"], "eval_time_s": r1["eval_s"], "objective": r1["objective"],
-                 "cond": float(cond), "feasible": bool(r1["ok"])}
-        if progress:
-            from identify.common.progress import message
-            message(f"excitation start {s + 1}/{n_starts}: "
-                    f"{ipopt_status_text(entry['status'], r1['ok'], problem.max_iter)}, "
-                    f"{entry['iterations']} it, {entry['time_s']:.1f} s, "
-                    f"{'cond' if problem.objective == 'cond' else problem.objective} "
-                    f"{entry['cond']:.4g}")
-        return entry, r1
-
-    stage1 = _map_starts(run_start, int(n_starts), workers)
-    for entry, r1 in stage1:
-        if not r1["ok"]:
-            worst_text = r1["text"]
-    # the polish (cond only) refines the best start only: it costs as much as a start, and
-    # moves cond by ~10 %, less than the spread between starts
-    feasible = [k for k, (e, _) in enumerate(stage1) if e["feasible"]]
-    if nlp2 is not None and feasible:
-        k = min(feasible, key=lambda i: stage1[i][0]["cond"])
-        entry, r1 = stage1[k]
+    def polish(entry, r1):
+        """The cond polish of a feasible start (stage 1's raised rows kept): (entry, result)."""
         lbg2 = nlp2.lbg.copy()
         raised = {(lab, j): float(np.max(r1["lbg"][sl] - nlp.lbg[sl])) for lab, j, sl, kind
                   in nlp.groups if kind in ("col", "tau") and sl.stop > sl.start}
@@ -421,12 +393,37 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         entry["eval_time_s"] += r2["eval_s"]
         if c2 < entry["cond"]:
             entry["cond"] = float(c2)
-            stage1[k] = (entry, r2)
+            return entry, r2
+        return entry, r1
+
+    def run_start(s):
+        """One start: stage 1 from its seeded initial guess, then (cond) its polish."""
+        rng = np.random.default_rng([int(seed), s])
+        x0 = _to_x(_initial_guess(model, problem, rng, lim, caps), free)
+        # clearance rows are screened in both stages (most pairs stay far apart)
+        r1 = solve(nlp, x0, nlp.lbg.copy(), screen=coarse == 1 or caps is not None)
+        cond = score(r1["tr"]) if r1["ok"] else np.inf
+        entry = {"start": s, "status": r1["status"], "iterations": r1["iterations"],
+                 "time_s": r1["time_s"], "eval_time_s": r1["eval_s"], "objective": r1["objective"],
+                 "cond": float(cond), "feasible": bool(r1["ok"])}
+        out = r1
+        if r1["ok"] and nlp2 is not None:
+            entry, out = polish(entry, r1)
         if progress:
             from identify.common.progress import message
-            message(f"excitation polish of start {k + 1}: "
-                    f"{ipopt_status_text(r2['status'], r2['ok'], nlp2.opts.get('ipopt.max_iter'))}"
-                    f", {r2['iterations']} it, {r2['time_s']:.1f} s, cond {c2:.2f}")
+            message(f"excitation start {s + 1}/{n_starts}: "
+                    f"{ipopt_status_text(entry['status'], r1['ok'], problem.max_iter)}, "
+                    f"{entry['iterations']} it" +
+                    (f" + polish {entry['polish_iterations']} it" if "polish_iterations" in entry
+                     else "") + f", {entry['time_s']:.1f} s, "
+                    f"{'cond' if problem.objective == 'cond' else problem.objective} "
+                    f"{entry['cond']:.4g}")
+        return entry, out
+
+    stage1 = _map_starts(run_start, int(n_starts), workers)
+    for entry, out in stage1:
+        if not out["ok"]:
+            worst_text = out["text"]
     for entry, out in stage1:
         solver_time += entry["time_s"]
         cond = entry["cond"]
