@@ -26,6 +26,7 @@ from identify.common import progress
 from identify.common.errors import InputError
 from identify.common.fileio import atomic_write_text, regular_file_problem, write_yaml
 from identify.excitation.plots import plot_trajectory
+from identify.logs.held import load_held
 from identify.logs.load import gains_from_drives, load_log
 from identify.model.arm import load_description
 from identify.model.robot_model import RobotModel
@@ -141,7 +142,11 @@ def run_scenario(scn: Scenario, out=None, *, force: bool = False, yes: bool = Fa
     check_budget(est, yes)
     with claim_run_folder(scn, out, force=force, need_bytes=int(est.disk_bytes)) as folder:
         preflight(scn, model)
-        trajs = trajectories(scn, model, timings)
+        # the data already held, read once: the design and the fit both use them
+        held_warnings: list = []
+        held = (load_held(scn, model.joint_names, model, held_warnings)
+                if scn.trajectories.excitation.held else None)
+        trajs = trajectories(scn, model, timings, held)
         settings = None
         if scn.backend == "hardware":        # samples stream into the run folder, kept on a stop
             settings = scn.backend_settings()
@@ -149,7 +154,8 @@ def run_scenario(scn: Scenario, out=None, *, force: bool = False, yes: bool = Fa
         recs = record(scn, trajs, model=model, timings=timings, settings=settings)
         if settings is not None and settings.get("dry_run"):
             return _dry_run_result(folder, recs)
-        ident = identify_recordings(scn, model, recs, timings=timings)
+        ident = identify_recordings(scn, model, recs, timings=timings, held=held)
+        ident.warnings[:0] = held_warnings
         timings["total_before_outputs"] = round(time.perf_counter() - t0, 4)
         run = _run_info(scn, "run", timings)
         for label, (_tr, info) in trajs.items():

@@ -267,10 +267,11 @@ def held_design(info: TrajectoryInfo, tr, model, problem: ExcitationProblem, F0:
                       median_rel_std_held=med_held, median_rel_std_new=med_new)
 
 
-def trajectories(scn: Scenario, model, timings: dict | None = None) -> dict:
+def trajectories(scn: Scenario, model, timings: dict | None = None, held=None) -> dict:
     """label -> (trajectory, TrajectoryInfo) for the excitation and validation trajectories.
-    With data already held (``trajectories.excitation.held``) the excitation is designed for
-    the combined estimate (information0) and its info carries :class:`HeldDesign`."""
+    With data already held (``trajectories.excitation.held``; read here unless `held` gives
+    them: identify.logs.held recordings) the excitation is designed for the combined estimate
+    (information0) and its info carries :class:`HeldDesign`."""
     terms = scn.identification.friction_terms
     for label in LABELS:        # a bad trajectory file is refused before anything is optimized
         spec = getattr(scn.trajectories, label)
@@ -280,7 +281,7 @@ def trajectories(scn: Scenario, model, timings: dict | None = None) -> dict:
     F0, sources = None, []
     if scn.trajectories.excitation.held:
         with progress.step("held data", timings):
-            F0, sources = held_information(scn, model, terms, ctx)
+            F0, sources = held_information(scn, model, terms, ctx, held)
     out = {}
     for label in LABELS:
         spec = getattr(scn.trajectories, label)
