@@ -135,7 +135,9 @@ def test_start_workers_die_with_their_parent(tmp_path):
         "import os, sys, time\n"
         "from identify.excitation.optimizer import _map_starts\n"
         "def job(s):\n"
-        "    print(os.getpid(), flush=True)\n"
+        # one write(2) of < PIPE_BUF bytes is atomic; print() under PYTHONUNBUFFERED makes
+        # two writes, and the two workers' lines could interleave
+        "    os.write(1, b'%d\\n' % os.getpid())\n"
         "    time.sleep(60)\n"
         "_map_starts(job, 2, 2)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
