@@ -12,6 +12,11 @@ import time
 
 from tqdm.auto import tqdm
 
+# tqdm's monitor thread (started by the first bar, alive for the rest of the process) is not
+# needed by our bars, and a live thread makes the excitation optimizer keep its starts in one
+# process (forking with other threads alive is unsafe): a design after any bar ran serially.
+tqdm.monitor_interval = 0
+
 _state = {"quiet": False}
 
 

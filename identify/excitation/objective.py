@@ -10,7 +10,7 @@ import casadi as ca
 import numpy as np
 from .cache import _problem_key
 from .conditioning import base_regressor_function
-from .parametrization import free_basis
+from .parametrization import free_basis, states_on_grid
 from .problem import ExcitationProblem, _rms_bounds, resolve_start, scaled_limits
 
 
@@ -186,18 +186,13 @@ class _FastObjective:
         self.F0 = None if information0 is None else np.asarray(information0, float)
         sc = prior_scale(problem.theta_prior)
         self.s2 = np.ones(p) if sc is None else 1.0 / sc ** 2
-        self.m = 2 * (int(problem.harmonics) - 1)
         self.free = np.asarray(free, bool)
         self.q_start = np.asarray(q_start, float)
         self.P, self.V, self.A = P, V, A
         self._last = None
 
     def _states(self, x):
-        n, m = self.n, self.m
-        X = x[:n * m].reshape(n, m)
-        q0 = self.q_start.copy()
-        q0[self.free] = x[n * m:]
-        return q0[None, :] + self.P @ X.T, self.V @ X.T, self.A @ X.T      # (N, n) each
+        return states_on_grid(x, self.q_start, self.free, self.P, self.V, self.A)  # (N, n) each
 
     def _forward(self, x):
         x = np.ascontiguousarray(x, float).reshape(-1)
@@ -330,11 +325,7 @@ class _SampleRows:
         self.size = self.R * self.N
 
     def _states(self, x, k=slice(None)):
-        n, m = self.n, self.m
-        X = x[:n * m].reshape(n, m)
-        q0 = self.q_start.copy()
-        q0[self.free] = x[n * m:]
-        return q0[None, :] + self.P[k] @ X.T, self.V[k] @ X.T, self.A[k] @ X.T
+        return states_on_grid(x, self.q_start, self.free, self.P[k], self.V[k], self.A[k])
 
     def subset(self, idx: np.ndarray) -> "_RowSubset":
         """The output rows `idx` (indices into value()) only, evaluated at their samples only."""

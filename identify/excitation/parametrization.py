@@ -30,13 +30,26 @@ def free_basis(H: int, wf: float, t: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.hstack([Pa, Pb]), np.hstack([Va, Vb]), np.hstack([Aa, Ab])
 
 
-def _to_trajectory(x: np.ndarray, q_start: np.ndarray, free: np.ndarray, H: int, wf: float,
-                   joint_names, meta=None) -> FourierTrajectory:
+def split_x(x: np.ndarray, q_start: np.ndarray, free: np.ndarray, m: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """NLP variables x -> (Fourier coefficients X (n, m), start pose q0 (n,) rad): x holds X
+    row by row, then the start angles of the `free` joints."""
     n = q_start.shape[0]
-    m = 2 * (H - 1)
-    X = x[:n * m].reshape(n, m)
     q0 = q_start.copy()
     q0[free] = x[n * m:]
+    return x[:n * m].reshape(n, m), q0
+
+
+def states_on_grid(x: np.ndarray, q_start: np.ndarray, free: np.ndarray, P: np.ndarray,
+                   V: np.ndarray, A: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, qd, qdd (N, n) at the samples of the bases P, V, A (N, m) of :func:`free_basis`."""
+    X, q0 = split_x(x, q_start, free, P.shape[1])
+    return q0[None, :] + P @ X.T, V @ X.T, A @ X.T
+
+
+def _to_trajectory(x: np.ndarray, q_start: np.ndarray, free: np.ndarray, H: int, wf: float,
+                   joint_names, meta=None) -> FourierTrajectory:
+    X, q0 = split_x(x, q_start, free, 2 * (H - 1))
     return FourierTrajectory.from_free(q0, X[:, :H - 1], X[:, H - 1:], wf,
                                        joint_names=tuple(joint_names), meta=meta or {})
 

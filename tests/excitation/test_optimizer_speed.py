@@ -115,6 +115,24 @@ def test_starts_in_worker_processes_equal_starts_in_this_process(tmp_path):
     assert out["1"] == out["2"]
 
 
+def test_a_progress_bar_leaves_the_start_workers_available():
+    """The CLI draws bars before later designs; tqdm's monitor thread, left alive by the first
+    bar, used to make every later design keep its starts in one process. Fresh interpreter, as
+    above."""
+    import os
+    import subprocess
+    import sys
+    code = ("from identify.common import progress\n"
+            "from identify.excitation.optimizer import start_workers\n"
+            "for _ in progress.bar(range(3), desc='x'): pass\n"
+            "import threading; print(threading.active_count(), start_workers(2, 2))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["1", "2"]
+
+
 def test_every_start_is_polished_and_the_best_kept(arm, small):
     res = optimize_excitation(arm, small, seed=2, n_starts=3, workers=1)
     assert all("polish_iterations" in s for s in res.starts)
