@@ -6,8 +6,10 @@ Checked on a grid 10x denser than the optimizer's (``meta['problem']['n_grid']``
 trajectory, else 2000 samples per period): every pair of non-adjacent links (bodies merged over
 fixed joints; adjacent = parent and child) and every link of a moving body (the second one on)
 against the obstacles declared with the trajectory (``meta['collision']``: ``obstacles``,
-``margin_m``). A pair closer than the margin at the trajectory's start pose is an overlap of
-the model's geometry (the arm stands there) and is left out, as in the optimizer.
+``margin_m``). A pair of links closer than the margin at the trajectory's start pose is an
+overlap of the model's geometry (the arm stands there) and is left out, as in the optimizer; a
+link that close to an obstacle at the start pose is refused (the obstacle or the start pose is
+wrong).
 
     report = check_clearance(urdf, joint_names, trajectory)       # raises CollisionRefused
     report.min_distance  # (N,) smallest distance over all checked pairs [m]; report.t (N,) [s]
@@ -166,7 +168,19 @@ def check_clearance(urdf, joint_names, trajectory=None, *, q=None, t=None, obsta
             return dist_self(a, b) if kind == "self" else dist_obs(a, w.obstacles[b][0])
 
         set_pose(q[0])
-        ignored = [label(p) for p in pairs if dist(p) < margin]
+        d0 = {label(p): dist(p) for p in pairs}
+        # an obstacle is no part of the model: one the start pose already reaches into is a
+        # wrong declaration or a wrong start pose, never an overlap to leave out
+        bad = [(label(p), d0[label(p)]) for p in pairs
+               if p[0] == "obs" and d0[label(p)] < margin - tol]
+        if bad:
+            lb, d = min(bad, key=lambda x: x[1])
+            raise CollisionRefused(
+                f"{what} collides: {lb} at t = {t[0]:.3f} s, the start pose: "
+                f"{'contact (penetration distance' if d < 0 else 'clearance below the margin ('}"
+                f" {1e3 * d:.1f} mm, margin {1e3 * margin:.1f} mm; an obstacle the start pose "
+                f"reaches is declared wrong or the start pose is); nothing was run")
+        ignored = [lb for lb, d in d0.items() if d < margin]
         pairs = [p for p in pairs if label(p) not in ignored]
         D = np.empty((q.shape[0], len(pairs)))
         for k in range(q.shape[0]):

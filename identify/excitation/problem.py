@@ -13,7 +13,14 @@ CACHE_VERSION = 5  # bump when the optimizer changes in a way that changes resul
 
 
 class ExcitationInfeasible(ValueError):
-    """The requested excitation problem has no feasible trajectory (message names the constraint)."""
+    """The requested excitation problem has no feasible trajectory (message names the constraint).
+
+    setting: the :class:`ExcitationProblem` field at fault when one is ("start_pose", "z_min",
+    "collision_margin", "obstacles[k]", ...), so a caller can name its own key; else None."""
+
+    def __init__(self, message: str = "", setting: str | None = None):
+        super().__init__(message)
+        self.setting = setting
 
 
 def upright_pose(n: int) -> tuple[float, ...]:
@@ -264,7 +271,7 @@ def check_problem(model, problem: ExcitationProblem) -> None:
                 f"start pose of {names[i]} ({math.degrees(q_start[i]):.2f} deg) is outside its "
                 f"position limits [{math.degrees(lim['q_min'][i]):.2f}, "
                 f"{math.degrees(lim['q_max'][i]):.2f}] deg (arm limits scaled by limit_scale "
-                f"{s_q:g}): constraint q_min <= q(0) <= q_max")
+                f"{s_q:g}): constraint q_min <= q(0) <= q_max", setting="start_pose")
     for key, label in (("qd_max", "velocity limit qd_max"), ("qdd_max", "acceleration limit qdd_max")):
         for i in range(n):
             if not lim[key][i] > 0:
@@ -280,6 +287,9 @@ def check_problem(model, problem: ExcitationProblem) -> None:
         # q(0) is the start pose, so it must be above the table; for a free start joint only the
         # origins whose height does not depend on the free joints are decided already.
         z_min = float(problem.z_min)
+        if not math.isfinite(z_min):
+            raise ValueError(f"ExcitationProblem.z_min must be a finite height [m] or None, got "
+                             f"{problem.z_min!r}")
         q_chk = np.where(free, np.clip(0.0, lim["q_min"], lim["q_max"]), q_start)
         z = model.link_origins(q_chk)[1:, 2]
         z_alt = model.link_origins(q_chk + 0.7 * free)[1:, 2]
@@ -287,8 +297,9 @@ def check_problem(model, problem: ExcitationProblem) -> None:
             if z[j] < z_min and abs(z_alt[j] - z[j]) < 1e-12:
                 raise ExcitationInfeasible(
                     f"workspace constraint z >= z_min = {z_min:g} m fails at the start pose: the "
-                    f"origin of the frame of {names[j]} is at z = {z[j]:.4f} m")
+                    f"origin of the frame of {names[j]} is at z = {z[j]:.4f} m", setting="z_min")
     _check_design_settings(model, problem)
+    check_start_clearance(model, problem)
     vmin = _rms_bounds(model, problem)
     if vmin is not None:
         T = problem.period
@@ -348,3 +359,90 @@ def _check_design_settings(model, problem: ExcitationProblem) -> None:
     if problem.torque_limit is not None:
         from .torque import check_torque_limit
         check_torque_limit(model, problem.torque_limit)
+
+
+#: the arm's base (the world origin) may lie this far on an obstacle's forbidden side [m] (a
+#: table plane declared a few mm above the base frame's origin)
+BASE_TOLERANCE = 0.01
+
+
+def check_start_clearance(model, problem: ExcitationProblem, q_start=None) -> None:
+    """The start pose against the collision model (identify.model.collision), before anything is
+    optimized; raises :class:`ExcitationInfeasible` naming the obstacle or link pair, the distance
+    and the pose (``setting``: "obstacles[k]", "start_pose" or "collision_margin"):
+
+    * no declared obstacle holds the arm's base, the world origin (a box around it, a plane with
+      the base on its forbidden side: a flipped normal, millimetres for metres, ...);
+    * every moving link checked against obstacles (the second one on) is at least
+      `collision_margin` from every obstacle at the start pose. (The optimizer and the backends'
+      check leave out pairs closer than the margin at the start pose as overlaps of the model's
+      own shapes; an obstacle there would silently be ignored.)
+    * every checked pair of links is at least `collision_margin` apart at the start pose, unless
+      its shapes overlap at the zero pose or at :func:`upright_pose` as well (an overlap of the
+      model's geometry, e.g. a compact wrist: left out of the constraints as before). A start
+      pose in contact, or a margin the start pose cannot keep, would otherwise drop the pair.
+
+    Only pairs whose pose does not depend on a free start joint are decided here. q_start: (n,)
+    start pose [rad] (default: the problem's, free joints at the middle of their range; for a
+    trajectory read from a file, its q(0)). Nothing is checked without collision constraints
+    (collision_margin None) or without the arm's URDF (model.source)."""
+    if problem.collision_margin is None or not model.source:
+        return
+    from identify.model.collision import ArmCapsules, parse_obstacles
+    margin = float(problem.collision_margin)
+    obstacles = parse_obstacles(problem.obstacles, "obstacles")
+    for k, ob in enumerate(obstacles):
+        what = f"obstacle {ob.name!r} (obstacles[{k}])"
+        if ob.kind == "plane":
+            h = float(-ob.point @ ob.normal)
+            if h < -BASE_TOLERANCE:
+                raise ExcitationInfeasible(
+                    f"{what}: the arm's base (the world origin) is {-1e3 * h:.0f} mm on the "
+                    f"plane's forbidden side (allowed: normal . (x - point_m) >= 0, normal "
+                    f"{ob.normal.round(3).tolist()}, point_m {ob.point.tolist()}): the normal "
+                    f"points away from the arm, or point_m is not in metres", setting=f"obstacles[{k}]")
+        elif np.all(np.abs(ob.center) < ob.half):
+            raise ExcitationInfeasible(
+                f"{what}: the box (center_m {ob.center.tolist()}, size_m "
+                f"{(2 * ob.half).tolist()}) contains the arm's base (the world origin)",
+                setting=f"obstacles[{k}]")
+    names = list(model.joint_names)
+    lim = scaled_limits(model, problem)
+    if q_start is None:
+        q0, free = resolve_start(model, problem)
+        mid = np.clip(np.nan_to_num(0.5 * (lim["q_min"] + lim["q_max"])), -math.pi, math.pi)
+        q0 = np.where(free, mid, q0)
+    else:
+        q0, free = np.asarray(q_start, float), np.zeros(model.n, bool)
+    # body b moves with joints 1..b: decided when none of them is free
+    decided_below = int(np.argmax(free)) + 1 if free.any() else model.n + 1
+    ac = ArmCapsules.of_model(model, obstacles, link_tubes=problem.link_tubes)
+    D = ac.distances(np.stack([q0, np.zeros(model.n), np.asarray(upright_pose(model.n))]))
+    labels = ac.pair_labels()
+    body = np.array([c.body for c in ac.capsules], int)
+    pose = "[" + ", ".join("free" if f else f"{math.degrees(v):.1f}" for v, f in zip(q0, free)) + \
+        "] deg"
+    P = len(ac.pairs)
+    for p, (ci, k) in enumerate(ac.obstacle_pairs):
+        d = D[0, P + p]
+        if body[ci] < decided_below and d < margin:
+            ob = obstacles[k]
+            inside = "inside it" if d < 0 else f"{1e3 * d:.1f} mm from it"
+            raise ExcitationInfeasible(
+                f"obstacle {ob.name!r} (obstacles[{k}]): at the start pose {pose} "
+                f"{labels[P + p].split(' / ')[0]} (moved by {names[body[ci] - 1]}) is {inside}, "
+                f"within the collision margin {1e3 * margin:.1f} mm: move the obstacle or choose "
+                f"another start pose", setting=f"obstacles[{k}]")
+    explicit = problem.start_pose is not None or q_start is not None
+    for p, (i, j) in enumerate(ac.pairs):
+        d, d_ref = D[0, p], D[1:, p]
+        if max(body[i], body[j]) >= decided_below or d >= margin or d_ref.min() < 0:
+            continue
+        apart = (f"puts {labels[p]} in contact ({1e3 * d:.1f} mm)" if d < 0 else
+                 f"puts {labels[p]} {1e3 * d:.1f} mm apart")
+        raise ExcitationInfeasible(
+            f"the start pose {pose} {apart}, within the collision margin {1e3 * margin:.1f} mm "
+            f"(at the zero and upright poses they are {1e3 * d_ref.min():.0f} mm or more apart: "
+            f"not an overlap of the model's own shapes, which is left out): choose another start "
+            f"pose" + ("" if d < 0 else f" or a collision margin below {1e3 * d:.1f} mm"),
+            setting="start_pose" if explicit else "collision_margin")
