@@ -47,6 +47,9 @@ from .spatial import rpy_to_matrix, transform
 
 OBSTACLE_KEYS = {"plane": ("type", "name", "normal", "point_m"),
                  "box": ("type", "name", "center_m", "size_m")}
+#: obstacle coordinates, sizes and plane offsets beyond this are refused as a unit mistake
+#: (millimetres for metres: 500 for 0.5) [m]; an arm's workcell is a few metres
+OBSTACLE_MAX_M = 20.0
 
 
 @dataclass(frozen=True)
@@ -80,10 +83,11 @@ class Obstacle:
 
 def parse_obstacles(items, where: str = "obstacles") -> tuple[Obstacle, ...]:
     """Obstacles from plain data (list of dicts, see module doc); ValueError names `where[i].key`."""
-    out = []
+    out, names = [], {}
     for i, d in enumerate(items or ()):
         w = f"{where}[{i}]"
         if isinstance(d, Obstacle):
+            names.setdefault(d.name, i)
             out.append(d)
             continue
         if not isinstance(d, dict) or d.get("type") not in OBSTACLE_KEYS:
@@ -97,19 +101,38 @@ def parse_obstacles(items, where: str = "obstacles") -> tuple[Obstacle, ...]:
         def vec(key):
             if key not in d:
                 raise ValueError(f"{w}.{key} is required for a {kind}")
+            raw = d[key]
             try:
-                v = np.asarray(d[key], float).reshape(-1)
+                if isinstance(raw, (str, bytes, bool)) or any(isinstance(x, bool) for x in raw):
+                    raise TypeError("not numbers")       # true -> 1.0 would pass silently
+                v = np.asarray(raw, float).reshape(-1)
             except (TypeError, ValueError):
                 v = np.zeros(0)
             if v.shape != (3,) or not np.all(np.isfinite(v)):
-                raise ValueError(f"{w}.{key} must be 3 finite numbers, got {d[key]!r}")
+                raise ValueError(f"{w}.{key} must be 3 finite numbers, got {raw!r}")
+            if key != "normal" and np.abs(v).max() > OBSTACLE_MAX_M:
+                raise ValueError(f"{w}.{key} {raw!r}: {np.abs(v).max():g} m is more than "
+                                 f"{OBSTACLE_MAX_M:g} m (a workcell is a few metres); obstacles "
+                                 f"are in metres (millimetres given?)")
             return v
-        name = str(d.get("name", f"{kind} {i}"))
+        name = d.get("name", f"{kind} {i}")
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"{w}.name must be a non-empty string, got {name!r}")
+        if name in names:
+            raise ValueError(f"{w}.name {name!r} is already the name of obstacles[{names[name]}]: "
+                             f"errors and reports name obstacles by it")
+        names[name] = i
         if kind == "plane":
             nrm = vec("normal")
             if np.linalg.norm(nrm) < 1e-9:
                 raise ValueError(f"{w}.normal must not be zero")
-            out.append(Obstacle("plane", name, normal=nrm / np.linalg.norm(nrm), point=vec("point_m")))
+            pt = vec("point_m")
+            off = float(pt @ nrm) / np.linalg.norm(nrm)
+            if abs(off) > OBSTACLE_MAX_M:
+                raise ValueError(f"{w}.point_m {d['point_m']!r}: the plane is {abs(off):g} m from "
+                                 f"the arm's base, beyond {OBSTACLE_MAX_M:g} m; obstacles are in "
+                                 f"metres (millimetres given?)")
+            out.append(Obstacle("plane", name, normal=nrm / np.linalg.norm(nrm), point=pt))
         else:
             size = vec("size_m")
             if np.any(size <= 0):

@@ -210,10 +210,22 @@ def _check_min_period(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
 
 
 def _check_obstacles(scn: Scenario, ctx: _Ctx) -> None:
-    """trajectories.*.obstacles parse (identify.model.collision); error at the entry's line."""
+    """trajectories.*.obstacles parse (identify.model.collision); error at the entry's line.
+    Obstacles need collision constraints (a margin), the motor-torque limit the drive file."""
     from identify.model.collision import parse_obstacles
     for which in ("excitation", "validation"):
-        obs = getattr(scn.trajectories, which).obstacles
+        t: TrajectorySpec = getattr(scn.trajectories, which)
+        p = ("trajectories", which)
+        if t.obstacles and t.collision_margin_m is None:
+            key = p + ("collision_margin_m",) if p + ("collision_margin_m",) in ctx.lines \
+                else p + ("obstacles",)
+            raise ctx.error(key, "obstacles are declared but collision_margin_m is null (no "
+                                 "collision constraints: the obstacles would be ignored); give a "
+                                 "margin [m], e.g. 0.02")
+        if t.torque_limit == "on" and scn.arm.drives is None:
+            raise ctx.error(p + ("torque_limit",), "torque_limit: on needs arm.drives (friction, "
+                                                   "reducer loss and rotor inertia of the drives)")
+        obs = t.obstacles
         try:
             parse_obstacles(obs)
         except ValueError as exc:
@@ -310,6 +322,7 @@ def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
         obj = _delegate("twin", scn.twin, ("twin",), ctx)
         rate = getattr(obj, "sample_rate_hz", None) if obj is not None else \
             scn.twin.get("sample_rate_hz")
+        _check_held_rate(scn, ctx, rate)
         if scn.fit.excitation is None and scn.fit.validation is None:   # twin runs only: logs
             _check_cutoff(scn, ctx, rate)                                # have their own rate
             _check_min_period(scn, ctx, rate)
@@ -344,8 +357,18 @@ def _check_held(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
                         "figure of the new trajectory alone and would not put the excitation "
                         "where the held estimate is weak (docs/excitation.md)")
     joints = list(scn.arm.joints) if scn.arm.joints else None
+    seen: dict = {}
     for i, entry in enumerate(ex.held):
         pi = p + ("held", i)
+        f = entry.file if isinstance(entry, LogSpec) else \
+            (held_file(entry)[1] if Path(entry).exists() else None)
+        if f is not None and Path(f).exists():
+            real = Path(f).resolve()
+            if real in seen:
+                raise ctx.error(pi, f"{f} is held already (held[{seen[real]}]): the same data "
+                                    f"twice would count twice in the design and the fit (the "
+                                    f"predicted std would be too small by sqrt(2))")
+            seen[real] = i
         if isinstance(entry, LogSpec):
             if entry.file is None:
                 raise ctx.error(pi, "a held log needs its 'file'")
@@ -365,6 +388,27 @@ def _check_held(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
             prob = joints_problem(str(f), header["joint_names"], joints)
             if prob is not None:
                 raise ctx.error(pi, prob)
+
+
+def _check_held_rate(scn: Scenario, ctx: _Ctx, rate_hz) -> None:
+    """Held recordings (run folders, .npz) at the rate of the new run (twin.sample_rate_hz)
+    unless processing.resample_hz puts both on one grid: the fit stacks them after processing,
+    and a mismatch would be found only after the new run."""
+    from .held import held_file, recording_header
+    proc = scn.processing or {}
+    if not rate_hz or proc.get("resample_hz"):
+        return
+    for i, entry in enumerate(scn.trajectories.excitation.held):
+        if isinstance(entry, LogSpec):
+            continue
+        f = held_file(entry)[1]
+        got = recording_header(f).get("rate_hz")
+        if isinstance(got, (int, float)) and not math.isclose(float(got), float(rate_hz),
+                                                              rel_tol=1e-6):
+            raise ctx.error(("trajectories", "excitation", "held", i),
+                            f"{f} was recorded at {float(got):g} Hz, the new run records at "
+                            f"{float(rate_hz):g} Hz (twin.sample_rate_hz): record at the same "
+                            f"rate or set processing.resample_hz")
 
 
 def _check_log_spec(scn: Scenario, ls: LogSpec, p: tuple, n: int | None, ctx: _Ctx) -> None:
