@@ -3,6 +3,7 @@
 (:class:`~identify.app.results.TrajectoryInfo`)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,9 @@ from identify.common.jsonutil import to_jsonable
 from identify.excitation.conditioning import base_parameters, trajectory_cond
 from identify.excitation.fourier import FourierTrajectory
 from identify.excitation.optimizer import optimize_excitation
-from identify.excitation.problem import ExcitationProblem
+from identify.excitation.problem import (ExcitationInfeasible, ExcitationProblem, check_problem,
+                                         check_start_clearance)
+from identify.scenario.load import scenario_error
 from identify.scenario.spec import Scenario, TrajectorySpec
 
 from .results import HeldDesign, HeldSource, TrajectoryInfo
@@ -91,8 +94,8 @@ def design_context(scn: Scenario, model, terms) -> DesignContext:
     noise = twin.get("torque_noise_Nm", 0.05 if scn.backend == "twin" else 1.0)
     if not np.all(np.asarray(noise, float) > 0):
         noise = 1.0                          # noiseless twin: relative figures only
-    rate = float(twin.get("sample_rate_hz", 100.0)) if scn.backend == "twin" else \
-        float(scn.hardware.options.get("record_rate_hz", 100.0))
+    rate = float(twin.get("sample_rate_hz") or 100.0) if scn.backend == "twin" else \
+        float(scn.hardware.options.get("record_rate_hz") or 100.0)
     drives = None
     if scn.arm.drives is not None:
         from identify.model.drives import load_drives
@@ -109,8 +112,7 @@ def design_context(scn: Scenario, model, terms) -> DesignContext:
     p_full = np.concatenate([model.inertial_parameters()] + extra)
     theta = tuple(float(v) for v in bp.project(p_full))
     tl = None
-    want = scn.trajectories.excitation.torque_limit
-    if want == "on" or (want == "auto" and scn.backend == "hardware"):
+    if any(wants_torque_limit(scn, label) for label in LABELS):
         if drives is None:
             raise ValueError("trajectories.excitation.torque_limit needs arm.drives (friction, "
                              "reducer loss and rotor inertia of the drives)")
@@ -124,6 +126,58 @@ def design_context(scn: Scenario, model, terms) -> DesignContext:
         tl = torque_limit_from_drives(drives, scale * np.asarray(model.limits.tau_max, float),
                                       payload)
     return DesignContext(noise_std=noise, sample_rate_hz=rate, theta_prior=theta, torque_limit=tl)
+
+
+def wants_torque_limit(scn: Scenario, label: str) -> bool:
+    """Whether trajectory `label`'s torque_limit (auto: on for backend hardware) asks for the
+    motor-torque constraint."""
+    want = getattr(scn.trajectories, label).torque_limit
+    return want == "on" or (want == "auto" and scn.backend == "hardware")
+
+
+def label_context(scn: Scenario, ctx: DesignContext, label: str) -> DesignContext:
+    """`ctx` for trajectory `label`: the motor-torque limit only when its own torque_limit asks
+    (design_context computes it when any trajectory does)."""
+    if wants_torque_limit(scn, label) or ctx.torque_limit is None:
+        return ctx
+    return dataclasses.replace(ctx, torque_limit=None)
+
+
+#: ExcitationProblem field -> scenario key (trajectories.<label>.<key>)
+_SETTING_KEYS = {"start_pose": "start_deg", "z_min": "z_min_m",
+                 "collision_margin": "collision_margin_m", "limit_scale": "limit_scale",
+                 "harmonics": "harmonics", "wf": "period_s", "n_grid": "grid",
+                 "torque_limit": "torque_limit", "objective": "objective"}
+
+
+def check_designs(scn: Scenario, model, terms, ctx: DesignContext, files: dict) -> None:
+    """Both trajectories' problems checked against the arm before anything is optimized (start
+    pose within the limits, above the table, clear of the obstacles and of the arm itself;
+    identify.excitation.problem.check_problem): a problem of the validation trajectory is not
+    found after minutes of optimizing the excitation. `files`: label -> trajectory read from
+    trajectories.<label>.file (its q(0) is the start pose checked). Raises ScenarioError
+    (``file:line: trajectories.<label>.<key>: message``, exit 2)."""
+    for label in LABELS:
+        spec = getattr(scn.trajectories, label)
+        base = ("trajectories", label)
+        try:
+            problem = make_problem(spec, model, terms, label_context(scn, ctx, label))
+            if label in files:
+                q0 = files[label].evaluate(np.zeros(1))[0][0]
+                check_start_clearance(model, problem, q0)
+            else:
+                check_problem(model, problem)
+        except ValueError as exc:
+            setting = getattr(exc, "setting", None) or ""
+            key = base
+            if setting.startswith("obstacles["):
+                key = base + ("obstacles", int(setting[len("obstacles["):-1]))
+            elif setting in _SETTING_KEYS:
+                key = base + (_SETTING_KEYS[setting],)
+            elif label in files:
+                key = base + ("file",)
+            what = "infeasible: " if isinstance(exc, ExcitationInfeasible) else ""
+            raise scenario_error(scn, key, f"{what}{exc}") from None
 
 
 def get_trajectory(spec: TrajectorySpec, model, terms, label: str,
@@ -221,12 +275,19 @@ def held_information(scn: Scenario, model, terms, ctx: DesignContext, held=None
     problem = make_problem(spec, model, terms, ctx)
     bp = base_parameters(model, problem)
     ps = ProcessingSettings.from_dict(scn.processing)
+    # the fit stacks the processed held data with the new run's: one rate, found before the run
+    rate_new = ps.resample_hz or ctx.sample_rate_hz
     F, procs = None, []
     for h in held:
         try:
             d = process(h.recording, ps)
         except ValueError as exc:
             raise InputError(f"{h.key}: {h.file}: cannot be processed ({exc})") from None
+        if rate_new and not math.isclose(d.rate_hz, rate_new / ps.decimate, rel_tol=1e-6):
+            raise InputError(f"{h.key}: {h.file} is processed at {d.rate_hz:g} Hz, the new run "
+                             f"at {rate_new / ps.decimate:g} Hz (recorded at "
+                             f"{h.recording.rate_hz:g} Hz, the new run at {rate_new:g} Hz): "
+                             f"record at the same rate or set processing.resample_hz")
         Fi = information_of(model, bp, problem.terms, d.q, d.qd, d.qdd, problem.noise_std)
         Fi *= h.recording.n_samples / d.n_samples
         F = Fi if F is None else F + Fi
@@ -273,11 +334,13 @@ def trajectories(scn: Scenario, model, timings: dict | None = None, held=None) -
     them: identify.logs.held recordings) the excitation is designed for the combined estimate
     (information0) and its info carries :class:`HeldDesign`."""
     terms = scn.identification.friction_terms
+    files = {}
     for label in LABELS:        # a bad trajectory file is refused before anything is optimized
         spec = getattr(scn.trajectories, label)
         if spec.source == "file":
-            load_trajectory_file(spec.file, label, model.n)
+            files[label] = load_trajectory_file(spec.file, label, model.n)
     ctx = design_context(scn, model, terms)
+    check_designs(scn, model, terms, ctx, files)
     F0, sources = None, []
     if scn.trajectories.excitation.held:
         with progress.step("held data", timings):
@@ -286,11 +349,12 @@ def trajectories(scn: Scenario, model, timings: dict | None = None, held=None) -
     for label in LABELS:
         spec = getattr(scn.trajectories, label)
         info0 = F0 if label == "excitation" else None
+        ctx_l = label_context(scn, ctx, label)
         with progress.step(f"{label} trajectory", timings):
-            out[label] = get_trajectory(spec, model, terms, label, ctx, information0=info0)
+            out[label] = get_trajectory(spec, model, terms, label, ctx_l, information0=info0)
         if info0 is not None:
             tr, info = out[label]
-            info.held = held_design(info, tr, model, make_problem(spec, model, terms, ctx),
+            info.held = held_design(info, tr, model, make_problem(spec, model, terms, ctx_l),
                                     info0, sources)
             if info.logdet is None:
                 raise InputError("trajectories.excitation.held: the held data and the new "

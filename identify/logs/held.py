@@ -48,7 +48,8 @@ def load_held(scn: Scenario, joint_names, model=None, warnings: list | None = No
                 rec = load_log(entry, names, gains=gains, where=f"{key}: {entry.file}",
                                model=model, warnings=warnings)
             except (LogError, ValueError, OSError) as exc:
-                raise InputError(f"{key}: {exc}") from None
+                msg = str(exc)          # the reader's message may name `where` (the key) already
+                raise InputError(msg if msg.startswith(f"{key}:") else f"{key}: {msg}") from None
             out.append(HeldRecording(key, str(entry.file), "log", str(entry.file), rec))
             continue
         prob = path_problem(entry)

@@ -273,3 +273,22 @@ def _convert_dataclass(cls, value, path, ctx, base=None):
                 d = _convert(Path, str(d), path + (name,), ctx, dict(f.metadata))
             kw[name] = d
     return cls(**kw)
+
+
+def key_line(file, path: tuple) -> int | None:
+    """1-based line of the key `path` (or of its nearest parent) in the scenario file `file`, for
+    errors found after loading; None when the file cannot be read again."""
+    try:
+        node = yaml.compose(Path(file).read_text(encoding="utf-8"), Loader=_Loader)
+        lines = _node_lines(node, ctx_file=str(file)) if node is not None else {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ScenarioError):
+        return None
+    return _Ctx(str(file), lines, Path(".")).line(tuple(path))
+
+
+def scenario_error(scn: Scenario, path: tuple, message: str) -> ScenarioError:
+    """A :class:`ScenarioError` (``file:line: key.path: message``) about key `path` of a loaded
+    scenario, for problems found when the scenario meets the arm's model."""
+    if scn.source is None:
+        return ScenarioError("<scenario>", None, _dotted(path), message)
+    return ScenarioError(str(scn.source), key_line(scn.source, path), _dotted(path), message)
