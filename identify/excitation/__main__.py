@@ -35,10 +35,60 @@ def _parse_pose(text: str | None, n_hint: int | None = None):
     if text is None:
         return None
     out = []
-    for tok in text.split(","):
+    for k, tok in enumerate(text.split(",")):
         tok = tok.strip()
-        out.append(None if tok.lower() in ("free", "none", "") else math.radians(float(tok)))
+        if tok.lower() in ("free", "none", ""):
+            out.append(None)
+            continue
+        try:
+            v = float(tok)
+        except ValueError:
+            v = math.nan
+        if not math.isfinite(v):
+            raise ValueError(f"--start-deg: entry {k + 1} {tok!r} is not an angle in degrees "
+                             f"(or 'free')")
+        out.append(math.radians(v))
     return tuple(out)
+
+
+def _positive(text: str) -> float:
+    """argparse type: a finite number > 0 (argparse names the option in the error)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return v
+
+
+def held_information(model, problem, files, rate: float, noise) -> np.ndarray | None:
+    """Fisher information (p, p) of trajectory files already recorded at `rate` [Hz] (``--held``),
+    for the base parameters of `problem`; ValueError naming the file when one is not a trajectory
+    of this arm."""
+    if not files:
+        return None
+    from .conditioning import base_parameters
+    from .fourier import FourierTrajectory
+    from .information import information_of
+    bp = base_parameters(model, problem)
+    F0 = None
+    for f in files:
+        try:
+            tr = FourierTrajectory.load(f)
+        except FileNotFoundError:
+            raise ValueError(f"--held {f}: file not found") from None
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as exc:
+            raise ValueError(f"--held {f}: not a trajectory file (YAML / NPZ of python -m "
+                             f"identify.excitation or twinid trajectory): "
+                             f"{str(exc).replace(f'{f}: ', '')}") from None
+        if tr.n_joints != model.n:
+            raise ValueError(f"--held {f}: the trajectory moves {tr.n_joints} joints, the arm "
+                             f"(--joints / --urdf) has {model.n} {list(model.joint_names)}")
+        t = np.arange(int(round(tr.duration * rate))) / rate
+        F = information_of(model, bp, problem.terms, *tr.evaluate(t), noise)
+        F0 = F if F0 is None else F0 + F
+    return F0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--joints", help="comma-separated joints to move (others locked at 0)")
     ap.add_argument("--out", default="trajectories", help="output folder")
     ap.add_argument("--harmonics", type=int, default=5)
-    ap.add_argument("--period", type=float, default=20.0, help="period 2 pi / wf [s]")
+    ap.add_argument("--period", type=_positive, default=20.0,
+                    help="period 2 pi / wf [s]")
     ap.add_argument("--start-deg", help="comma-separated start pose [deg]; 'free' leaves a joint "
                                         "free (default: upright, joints 2 and 4 at -90)")
     ap.add_argument("--grid", type=int, default=200, help="grid samples per period")
@@ -59,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--starts", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-iter", type=int, default=300)
-    ap.add_argument("--rate", type=float, default=100.0, help="sampled table rate [Hz]")
+    ap.add_argument("--rate", type=_positive, default=100.0,
+                    help="sampled table rate [Hz]")
     ap.add_argument("--validation", action="store_true", help="also make a validation trajectory")
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
@@ -87,17 +139,11 @@ def main(argv: list[str] | None = None) -> int:
             objective=args.objective, noise_std=args.noise,
             run_samples=int(round(args.rate * args.period)),
             collision_margin=None if args.collision_margin < 0 else args.collision_margin)
-        info0 = None
-        if args.held:
-            from .conditioning import base_parameters
-            from .fourier import FourierTrajectory
-            from .information import information_of
-            bp = base_parameters(model, problem)
-            for f in args.held:
-                tr = FourierTrajectory.load(f)
-                t = np.arange(int(round(tr.duration * args.rate))) / args.rate
-                F = information_of(model, bp, problem.terms, *tr.evaluate(t), args.noise)
-                info0 = F if info0 is None else info0 + F
+        if args.held and args.objective == "cond":
+            # cond(W_base) is a figure of the new trajectory alone: it cannot use held data
+            raise ValueError("--held needs --objective d_optimal or a_optimal (cond(W_base) of "
+                             "the new trajectory alone would ignore the held data)")
+        info0 = held_information(model, problem, args.held, args.rate, args.noise)
         out = Path(args.out)
         cache = None if args.no_cache else Path(".cache") / "excitation"
         jobs = [("excitation", lambda: optimize_excitation(
