@@ -344,6 +344,9 @@ def trajectories(scn: Scenario, model, timings: dict | None = None, held=None) -
     F0, sources = None, []
     if scn.trajectories.excitation.held:
         with progress.step("held data", timings):
+            if held is None:
+                from identify.logs.held import load_held
+                held = load_held(scn, model.joint_names, model)
             F0, sources = held_information(scn, model, terms, ctx, held)
     out = {}
     for label in LABELS:
@@ -361,4 +364,30 @@ def trajectories(scn: Scenario, model, timings: dict | None = None, held=None) -
                                  "trajectory together leave base parameters unidentifiable "
                                  "(singular information); excite the joints the held data "
                                  "do not move")
+    if held:
+        held_not_validation(scn, held, out["validation"][0])
     return out
+
+
+#: a held recording whose q follows the validation trajectory this closely (RMS) [rad] is a
+#: recording of it (tracking error ~ mrad; another trajectory is ~ 1 rad away)
+SAME_TRAJECTORY_RAD = 0.02
+
+
+def held_not_validation(scn: Scenario, held, validation: FourierTrajectory) -> None:
+    """Refuse held data that are a recording of the run's validation trajectory (e.g. the
+    recordings/validation.npz of an earlier run with the same validation settings): the fit
+    would see the data it is validated on. Raises ScenarioError at the held entry."""
+    for i, h in enumerate(held):
+        r = h.recording
+        if r.n_samples == 0:
+            continue
+        q = validation.evaluate(r.t - r.t[0])[0]
+        rms = float(np.sqrt(np.mean((np.asarray(q) - r.q) ** 2)))
+        if rms < SAME_TRAJECTORY_RAD:
+            raise scenario_error(
+                scn, ("trajectories", "excitation", "held", i),
+                f"{h.file} is a recording of this run's validation trajectory (its joint "
+                f"positions are {1e3 * rms:.1f} mrad RMS from it): the fit would see the data "
+                f"it is validated on; hold other data or change trajectories.validation "
+                f"(e.g. its seed)")
