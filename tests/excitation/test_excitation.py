@@ -279,3 +279,94 @@ def test_screened_solve_satisfies_every_row_of_the_full_grid(model, problem):
     assert set(c.sample[c.kinds == "col"]) == set(range(40))
     with pytest.raises(ValueError, match="constraint stride 3 must divide n_grid = 40"):
         _build_nlp(model, pr, bp, constraint_stride=3)
+
+
+# -- the start pose against obstacles and the arm itself (check_problem, before any IPOPT) -------
+def _box(c, s, name=None):
+    return {"type": "box", "center_m": c, "size_m": s, **({"name": name} if name else {})}
+
+
+def _plane(n, p):
+    return {"type": "plane", "normal": n, "point_m": p}
+
+
+FOLDED_START = tuple(math.radians(v) for v in (8, -148, 131, 26, -178, 98))  # link6 on link1
+
+
+@pytest.mark.parametrize("change, setting, fragment", [
+    (dict(obstacles=(_box([0, 0, 0.7], [0.2, 0.2, 0.2], "lamp"),)), "obstacles[0]",
+     r"obstacle 'lamp' \(obstacles\[0\]\): at the start pose \[0\.0, -90\.0, 0\.0, -90\.0, 0\.0, "
+     r"0\.0\] deg link4 cylinder \(moved by joint4\) is inside it"),
+    (dict(obstacles=(_plane([0, 0, 1], [0, 0, 0]), _box([0, 0, 0], [5, 5, 5]))), "obstacles[1]",
+     r"obstacles\[1\].*contains the arm's base"),                      # a box around everything
+    (dict(obstacles=(_box([0, 0, 0.02], [0.05, 0.05, 0.05]),)), "obstacles[0]",
+     r"contains the arm's base"),                       # the base is never checked: say so
+    (dict(obstacles=(_plane([0, 0, 1], [0, 0, 0.3]),)), "obstacles[0]",
+     r"base \(the world origin\) is 300 mm on the plane's forbidden side"),
+    (dict(obstacles=(_plane([0, 0, -1], [0, 0, 0]),)), "obstacles[0]",   # normal flipped
+     r"link2 cylinder \(moved by joint2\) is inside it"),
+    (dict(obstacles=(_box([0, 0, 0.6], [0.3, 0.3, 0.3]),)), "obstacles[0]",
+     r"link3 cylinder \(moved by joint3\) is 7\.7 mm from it, within the collision margin 20\.0"),
+    (dict(start_pose=FOLDED_START), "start_pose",
+     r"puts link1 cylinder / link6 cylinder in contact \(-7\.6 mm\)"),
+    (dict(collision_margin=0.5), "collision_margin",          # would leave out 13 of 16 pairs
+     r"link1 cylinder / link3 cylinder 150\.0 mm apart.*collision margin below 150\.0 mm"),
+    (dict(collision_margin=1.0), "collision_margin", r"150\.0 mm apart"),   # was a numpy error
+    (dict(z_min=float("nan")), None, r"z_min must be a finite height"),   # was an IPOPT error
+])
+def test_start_pose_refused_before_ipopt(ref_model, change, setting, fragment):
+    """Each request used to run: an obstacle the start pose reaches was left out as an overlap of
+    the model's shapes (silently ignored, or refused after the optimization), a start pose in
+    self-collision likewise; a large margin dropped most pairs or crashed the first start."""
+    from identify.excitation.problem import check_problem
+    with pytest.raises(ValueError, match=fragment) as ei:
+        check_problem(ref_model, ExcitationProblem(harmonics=3, n_grid=40, **change))
+    assert getattr(ei.value, "setting", None) == setting
+
+
+@pytest.mark.parametrize("change", [
+    {}, dict(obstacles=(_plane([0, 0, 1], [0, 0, 0]),)),            # a table at the base
+    dict(obstacles=(_plane([-1, 0, 0], [0.6, 0, 0]), _box([0.4, -0.4, 0.3], [0.3, 0.3, 0.6]))),
+    dict(start_pose=(None,) + FOLDED_START[1:]),      # joint 1 free: the pose is not decided
+    dict(collision_margin=None, start_pose=FOLDED_START),                # no collision model
+])
+def test_start_pose_checks_accept_valid_requests(ref_model, change):
+    from identify.excitation.problem import check_problem
+    check_problem(ref_model, ExcitationProblem(harmonics=3, n_grid=40, **change))
+
+
+def _six_joint_trajectory(path):
+    from identify.excitation.problem import upright_pose
+    n = 6
+    tr = FourierTrajectory.from_free(np.array(upright_pose(n)), np.full((n, 2), 0.05),
+                                     np.full((n, 2), 0.02), 2 * math.pi / 4.0)
+    tr.save(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--period", "0"], "argument --period: must be a number > 0"),     # ZeroDivisionError
+    (["--rate", "-5"], "argument --rate: must be a number > 0"),
+    (["--start-deg=-90,abc"], "--start-deg: entry 2 'abc' is not an angle"),
+    (["--z-min", "nan"], "z_min must be a finite height"),               # CasADi traceback
+    (["--held", "{traj}"], "--held needs --objective d_optimal or a_optimal"),  # was ignored
+    (["--objective", "d_optimal", "--held", "{traj}"],
+     "--held {traj}: the trajectory moves 6 joints, the arm (--joints / --urdf) has 2"),
+    (["--objective", "d_optimal", "--held", "{tmp}/missing.yaml"],
+     "--held {tmp}/missing.yaml: file not found"),
+])
+def test_command_line_refuses_hostile_options(tmp_path, capsys, args, fragment):
+    traj = _six_joint_trajectory(tmp_path / "held.yaml")
+    sub = {"{traj}": traj, "{tmp}": str(tmp_path)}
+    for k, v in sub.items():
+        args = [a.replace(k, v) for a in args]
+        fragment = fragment.replace(k, v)
+    try:
+        rc = main(["--joints", "joint2,joint3", "--start-deg=-90,0", "--harmonics", "3",
+                   "--grid", "40", "--starts", "1", "--no-cache", "--no-plot", "--quiet",
+                   "--out", str(tmp_path / "out")] + args)
+    except SystemExit as exc:               # argparse: exit 2 with its usage line
+        rc = exc.code
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and fragment in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()

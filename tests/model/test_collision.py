@@ -176,3 +176,43 @@ trajectories:
     with pytest.raises(ScenarioError, match=r"s\.yaml:7: trajectories\.excitation\.obstacles\[1\]: "
                                             r"size_m must be > 0"):
         load_scenario(f)
+
+
+@pytest.mark.parametrize("obstacle, fragment", [
+    ({"type": "box", "center_m": [True, 0.2, 0.3], "size_m": [0.1, 0.1, 0.1]},
+     r"obstacles\[0\]\.center_m must be 3 finite numbers"),            # true would read as 1 m
+    ({"type": "box", "center_m": [400, -400, 300], "size_m": [0.3, 0.3, 0.6]},
+     r"obstacles\[0\]\.center_m .*millimetres given"),                  # mm for m
+    ({"type": "box", "center_m": [0.4, -0.4, 0.3], "size_m": [300, 300, 600]},
+     r"obstacles\[0\]\.size_m .*millimetres given"),
+    ({"type": "plane", "normal": [0, 0, 1], "point_m": [0, 0, -50]},
+     r"obstacles\[0\]\.point_m .*millimetres given"),
+    ({"type": "box", "name": ["a"], "center_m": [0.4, 0, 0.3], "size_m": [0.1, 0.1, 0.1]},
+     r"obstacles\[0\]\.name must be a non-empty string"),
+])
+def test_hostile_obstacle_values_are_refused(obstacle, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        parse_obstacles([obstacle])
+
+
+def test_obstacle_names_are_unique():
+    a = {"type": "box", "name": "cabinet", "center_m": [0.4, 0, 0.3], "size_m": [0.1, 0.1, 0.1]}
+    with pytest.raises(ValueError, match=r"obstacles\[1\]\.name 'cabinet' is already the name "
+                                         r"of obstacles\[0\]"):
+        parse_obstacles([a, {**a, "center_m": [-0.4, 0, 0.3]}])
+    assert [o.name for o in parse_obstacles(OBST)] == ["table", "cabinet"]
+
+
+def test_check_clearance_refuses_a_start_pose_at_an_obstacle(model):
+    """A plane whose normal points away from the arm: every link is on its forbidden side for the
+    whole period. Pairs closer than the margin at the start pose used to be left out as overlaps
+    of the model, so the check passed; an obstacle is no part of the model: refused."""
+    flipped = [{"type": "plane", "name": "floor", "normal": [0, 0, -1], "point_m": [0, 0, 0]}]
+    with pytest.raises(CollisionRefused, match=r"link\d / obstacle 'floor' at t = 0\.000 s, the "
+                                               r"start pose: contact"):
+        check_clearance(model.source, model.joint_names, folding_trajectory(model, 0.3),
+                        obstacles=flipped, margin=0.01)
+    # the model's own overlaps at the start pose are still left out (the compact wrist)
+    rep = check_clearance(model.source, model.joint_names, folding_trajectory(model, 0.3),
+                          obstacles=OBST[:1], margin=0.01)
+    assert rep.n_pairs > 5
