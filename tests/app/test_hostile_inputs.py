@@ -182,8 +182,57 @@ def report_of_empty_folder(tmp):
     return ["report", str(tmp)]
 
 
+# -- the excitation design's own keys (docs/excitation.md) ----------------------------------------
+def _excitation(tmp, which="excitation", **keys):
+    d = _base()
+    d["trajectories"][which].update(keys)
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def start_pose_inside_a_box(tmp):
+    return _excitation(tmp, obstacles=[{"type": "box", "name": "lamp", "center_m": [0, 0, 0.7],
+                                        "size_m": [0.2, 0.2, 0.2]}])
+
+
+def validation_start_in_self_collision(tmp):
+    # found before the excitation trajectory is optimized (the tripwire)
+    return _excitation(tmp, "validation", start_deg=[8, -148, 131, 26, -178, 98])
+
+
+def table_plane_flipped(tmp):
+    return _excitation(tmp, obstacles=[{"type": "plane", "normal": [0, 0, -1],
+                                        "point_m": [0, 0, 0]}])
+
+
+def cabinet_in_millimetres(tmp):
+    return _excitation(tmp, obstacles=[{"type": "box", "center_m": [400, -400, 300],
+                                        "size_m": [300, 300, 600]}])
+
+
+def obstacles_without_margin(tmp):
+    return _excitation(tmp, collision_margin_m=None,
+                       obstacles=[{"type": "plane", "normal": [0, 0, 1], "point_m": [0, 0, 0]}])
+
+
+def margin_half_a_metre(tmp):
+    return _excitation(tmp, collision_margin_m=0.5)
+
+
 CASES = [
     # (input, exit code, fragment of the message)
+    (start_pose_inside_a_box, 2, "s.yaml:15: trajectories.excitation.obstacles[0]: infeasible: "
+                                 "obstacle 'lamp' (obstacles[0]): at the start pose"),
+    (validation_start_in_self_collision, 2,
+     "trajectories.validation.start_deg: infeasible: the start pose [8.0, -148.0, 131.0, 26.0, "
+     "-178.0, 98.0] deg puts link1 cylinder / link6 cylinder in contact"),
+    (table_plane_flipped, 2, "trajectories.excitation.obstacles[0]: infeasible: obstacle "
+                             "'plane 0' (obstacles[0]): at the start pose"),
+    (cabinet_in_millimetres, 2, "trajectories.excitation.obstacles[0]: size_m [300, 300, 600]: "
+                                "600 m is more than 20 m"),
+    (obstacles_without_margin, 2, "trajectories.excitation.collision_margin_m: obstacles are "
+                                  "declared but collision_margin_m is null"),
+    (margin_half_a_metre, 2, "trajectories.excitation.collision_margin_m: infeasible: the start "
+                             "pose"),
     (period_3600, 2, "pass --yes"),
     (seeds_100000, 2, "900,000 runs"),
     (alias_bomb, 2, "expands to more than"),

@@ -186,3 +186,25 @@ def test_motor_torque_constraint_matches_the_hardware_bound(model, problem):
     # the optimizer's own report (10x its grid) is the hardware bound
     assert max(res.trajectory.meta["torque_ratio_max"]) == pytest.approx(worst(res.trajectory),
                                                                           rel=1e-3)
+
+
+@pytest.mark.parametrize("excitation, validation", [("auto", "on"), ("on", "off"), ("on", "auto")])
+def test_each_trajectory_has_its_own_torque_limit(tmp_path, monkeypatch, ref_model, excitation,
+                                                  validation):
+    """trajectories.<label>.torque_limit decides for that trajectory (on the twin, auto = off).
+    The excitation's used to decide for both: validation: on was silently ignored."""
+    from conftest import tiny_scenario
+    from identify.app import trajectories as T
+    from identify.scenario.load import scenario_from_dict
+    d = tiny_scenario("torque")
+    d["trajectories"]["excitation"]["torque_limit"] = excitation
+    d["trajectories"]["validation"]["torque_limit"] = validation
+    scn = scenario_from_dict(d, file=str(tmp_path / "s.yaml"), base=tmp_path)
+    seen = {}
+
+    def fake(spec, model, terms, label, ctx=None, information0=None):
+        seen[label] = T.make_problem(spec, model, terms, ctx).torque_limit is not None
+        return None, None
+    monkeypatch.setattr(T, "get_trajectory", fake)
+    T.trajectories(scn, ref_model)
+    assert seen == {"excitation": excitation == "on", "validation": validation == "on"}

@@ -263,3 +263,53 @@ def test_force_never_replaces_the_held_run(tmp_path, capsys, weak_held):
     err = capsys.readouterr().err
     assert rc == 2 and "trajectories.excitation.held[0]" in err and "--force" in err, err
     assert (tmp / "run1" / "recordings" / "excitation.npz").is_file()
+
+
+def test_hostile_held_entries_found_at_load(tmp_path, capsys, weak_held):
+    """The same data twice (a run folder and its own recording) and a recording at another rate
+    than the new run's: exit 2 at the entry's line, before anything ran (the rate mismatch used
+    to surface in the fit, after the new run, and the same data twice passed silently)."""
+    tmp, rec = weak_held
+    run = str(tmp / "run1")
+    dataclasses.replace(rec, t=2 * rec.t, rate_hz=rec.rate_hz / 2).save(tmp_path / "at50.npz")
+    cases = [([run, run + "/recordings/excitation.npz"], 1, "is held already (held[0])"),
+             ([run, str(tmp_path / "at50.npz")], 1,
+              "was recorded at 50 Hz, the new run records at 100 Hz (twin.sample_rate_hz)")]
+    for held, i, fragment in cases:
+        rc, err = _cli(tmp_path, capsys, held)
+        assert rc == 2 and f"s.yaml:" in err and f"trajectories.excitation.held[{i}]:" in err, err
+        assert fragment in err, err
+        assert not (tmp_path / "out").exists()
+
+
+def test_held_log_error_names_the_key_once(tmp_path, capsys, weak_held):
+    _, rec = weak_held
+    n = rec.n_joints
+    cols = ["time"] + [f"q{j}" for j in range(n)] + [f"t{j}" for j in range(n)]
+    np.savetxt(tmp_path / "log.csv", np.column_stack([rec.t, rec.q, rec.tau_j]), delimiter=",",
+               header=",".join(cols), comments="", fmt="%.9g")
+    log = {"file": str(tmp_path / "log.csv"), "format": "csv", "header": True,
+           "columns": {"time": "time", "q": [f"q{j}" for j in range(n)],
+                       "tau_j": [f"tau{j}" for j in range(n)]}}
+    rc, err = _cli(tmp_path, capsys, [log])
+    assert rc == 2 and "column 'tau0' for tau_j[0] is not in the header" in err, err
+    assert err.count("trajectories.excitation.held[0]") == 1, err
+
+
+def test_validation_recording_is_not_held(tmp_path, capsys, ref_model):
+    """A recording of the run's own validation trajectory (an earlier run's
+    recordings/validation.npz with the same validation settings) would put the validation data
+    into the fit: refused at its entry before the new run."""
+    from identify.app.trajectories import get_trajectory
+    scn = _scenario(tmp_path)
+    tr, _ = get_trajectory(scn.trajectories.validation, ref_model, ("viscous", "coulomb"),
+                           "validation", design_context(scn, ref_model, ("viscous", "coulomb")))
+    t = np.arange(int(3 * tr.period * 100)) / 100.0          # 3 periods, 1 mrad tracking noise
+    q, _, _ = tr.evaluate(t)
+    q = q + np.random.default_rng(0).normal(0, 1e-3, q.shape)
+    Recording(t=t, q=q, rate_hz=100.0, joint_names=list(ref_model.joint_names),
+              tau_j=np.zeros_like(q), tau_m=np.zeros_like(q)).save(tmp_path / "validation.npz")
+    rc, err = _cli(tmp_path, capsys, [str(tmp_path / "validation.npz")])
+    assert rc == 2 and "trajectories.excitation.held[0]:" in err, err
+    assert "is a recording of this run's validation trajectory" in err, err
+    assert not (tmp_path / "out" / "recordings").exists()
