@@ -144,6 +144,9 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
     if value is None:
         raise ctx.error(path, f"must not be null (expected {_describe(tp)})")
     if origin is Literal:
+        if isinstance(value, bool) and "on" in args and "off" in args:
+            # YAML 1.1 reads an unquoted on / off (the documented values) as true / false
+            value = "on" if value else "off"
         if value not in args or isinstance(value, bool):
             raise ctx.error(path, f"must be one of {', '.join(map(str, args))}; got {value!r}")
         return value

@@ -182,7 +182,8 @@ def report_of_empty_folder(tmp):
     return ["report", str(tmp)]
 
 
-# -- the excitation design's own keys (docs/excitation.md) ----------------------------------------
+# -- the excitation design's keys, refused when they meet the arm (load-time ones:
+#    tests/scenario/test_scenario.py) --------------------------------------------------------
 def _excitation(tmp, which="excitation", **keys):
     d = _base()
     d["trajectories"][which].update(keys)
@@ -204,16 +205,6 @@ def table_plane_flipped(tmp):
                                         "point_m": [0, 0, 0]}])
 
 
-def cabinet_in_millimetres(tmp):
-    return _excitation(tmp, obstacles=[{"type": "box", "center_m": [400, -400, 300],
-                                        "size_m": [300, 300, 600]}])
-
-
-def obstacles_without_margin(tmp):
-    return _excitation(tmp, collision_margin_m=None,
-                       obstacles=[{"type": "plane", "normal": [0, 0, 1], "point_m": [0, 0, 0]}])
-
-
 def margin_half_a_metre(tmp):
     return _excitation(tmp, collision_margin_m=0.5)
 
@@ -227,10 +218,6 @@ CASES = [
      "-178.0, 98.0] deg puts link1 cylinder / link6 cylinder in contact"),
     (table_plane_flipped, 2, "trajectories.excitation.obstacles[0]: infeasible: obstacle "
                              "'plane 0' (obstacles[0]): at the start pose"),
-    (cabinet_in_millimetres, 2, "trajectories.excitation.obstacles[0]: size_m [300, 300, 600]: "
-                                "600 m is more than 20 m"),
-    (obstacles_without_margin, 2, "trajectories.excitation.collision_margin_m: obstacles are "
-                                  "declared but collision_margin_m is null"),
     (margin_half_a_metre, 2, "trajectories.excitation.collision_margin_m: infeasible: the start "
                              "pose"),
     (period_3600, 2, "pass --yes"),

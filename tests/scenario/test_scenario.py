@@ -194,6 +194,53 @@ CASES += [
 ]
 
 
+# the excitation design's keys (docs/excitation.md): obstacles, margin, torque limit, start pose
+_EXC = "excitation: {harmonics: 3, period_s: 4.0}"
+_BOX = "{{type: box, center_m: {c}, size_m: {s}}}".format
+CASES_DESIGN = [
+    ("obstacles without a collision margin",
+     _replace(_EXC, "excitation: {harmonics: 3, period_s: 4.0, collision_margin_m: null,  # <-\n"
+                    "               obstacles: [{type: plane, normal: [0, 0, 1], point_m: [0, 0, 0]}]}"),
+     "trajectories.excitation.collision_margin_m", "obstacles are declared but"),
+    ("obstacle in millimetres",
+     _replace(_EXC, "excitation: {harmonics: 3, period_s: 4.0,\n"
+                    "               obstacles: [" + _BOX(c="[400, -400, 300]", s="[0.3, 0.3, 0.6]")
+              + "]}  # <-"),
+     "trajectories.excitation.obstacles[0]", "millimetres given?"),
+    ("obstacle coordinate true",
+     _replace(_EXC, "excitation: {harmonics: 3, period_s: 4.0,\n"
+                    "               obstacles: [" + _BOX(c="[true, 0, 0.3]", s="[0.3, 0.3, 0.6]")
+              + "]}  # <-"),
+     "trajectories.excitation.obstacles[0]", "center_m must be 3 finite numbers"),
+    ("two obstacles of one name",
+     _replace(_EXC, "excitation: {harmonics: 3, period_s: 4.0, obstacles: [\n"
+                    "  {name: a, type: box, center_m: [0.5, 0.5, 0.2], size_m: [0.1, 0.1, 0.1]},\n"
+                    "  {name: a, type: box, center_m: [-0.5, 0.5, 0.2], size_m: [0.1, 0.1, 0.1]}]}  # <-"),
+     "trajectories.excitation.obstacles[1]", "already the name of obstacles[0]"),
+    ("motor-torque limit without the drive file",
+     _replace("backend: twin", "backend: hardware").replace(
+         "twin:\n  sample_rate_hz: 100\n", "hardware: {dry_run: true}\n").replace(
+         f"  drives: {DRIVES}\n", "").replace(
+         _EXC, "excitation: {harmonics: 3, period_s: 4.0, torque_limit: on}  # <-"),
+     "trajectories.excitation.torque_limit", "needs arm.drives"),
+    # found when the scenario meets the arm's model, still before anything is optimized
+    ("start pose inside a box",
+     _replace(_EXC, "excitation: {harmonics: 3, period_s: 4.0,\n"
+                    "               obstacles: [" + _BOX(c="[0, 0, 0.7]", s="[0.2, 0.2, 0.2]")
+              + "]}  # <-"),
+     "trajectories.excitation.obstacles[0]", "link4 cylinder (moved by joint4) is inside it"),
+    ("validation start pose in self-collision",
+     _replace("validation: {harmonics: 2, period_s: 4.0, seed: 1}",
+              "validation: {harmonics: 2, period_s: 4.0, seed: 1,\n"
+              "               start_deg: [8, -148, 131, 26, -178, 98]}  # <-"),
+     "trajectories.validation.start_deg", "link1 cylinder / link6 cylinder in contact"),
+    ("a margin the start pose cannot keep",
+     _replace(_EXC, "excitation: {harmonics: 3, period_s: 4.0, collision_margin_m: 0.5}  # <-"),
+     "trajectories.excitation.collision_margin_m", "or a collision margin below 150.0 mm"),
+]
+CASES += CASES_DESIGN
+
+
 @pytest.mark.parametrize("text,path,fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_malformed_scenario_one_line_error(tmp_path, capsys, text, path, fragment):
     f = tmp_path / "bad.yaml"
@@ -286,3 +333,14 @@ def test_schema_table_lists_every_section():
 def test_docs_key_table_is_current():
     """docs/cli.md lists every scenario key with its default (regenerate with schema_table())."""
     assert schema_table() in (ROOT / "docs" / "cli.md").read_text()
+
+
+@pytest.mark.parametrize("written, read", [("on", "on"), ("off", "off"), ("'on'", "on"),
+                                           ("auto", "auto")])
+def test_torque_limit_on_off_unquoted(tmp_path, written, read):
+    """YAML 1.1 reads an unquoted on / off as true / false; the documented values must load
+    (they were refused with 'must be one of auto, on, off; got True')."""
+    f = tmp_path / "s.yaml"
+    f.write_text(_replace("excitation: {harmonics: 3, period_s: 4.0}",
+                          f"excitation: {{harmonics: 3, period_s: 4.0, torque_limit: {written}}}"))
+    assert load_scenario(f).trajectories.excitation.torque_limit == read
