@@ -85,6 +85,12 @@ def load_trajectory_file(path, label: str, n_joints: int) -> FourierTrajectory:
     return tr
 
 
+#: fraction of the drives' torque limits the optimizer may use: it holds the bound on 10x its
+#: grid, the hardware checks every control cycle (1 kHz), and between the optimizer's samples
+#: the bound rose 1e-5 above the limit: the hardware refused a trajectory twinid had designed
+TORQUE_HEADROOM = 0.995
+
+
 def design_context(scn: Scenario, model, terms) -> DesignContext:
     """Noise level, sample rate, prior base parameters and (if asked) the motor-torque limit of
     a scenario's run, for the excitation problem and the predicted std."""
@@ -92,6 +98,10 @@ def design_context(scn: Scenario, model, terms) -> DesignContext:
     from identify.excitation.torque import torque_limit_from_drives
     twin = dict(scn.twin) if scn.backend == "twin" else {}
     noise = twin.get("torque_noise_Nm", 0.05 if scn.backend == "twin" else 1.0)
+    if np.ndim(noise) == 1 and len(noise) != model.n:
+        raise scenario_error(scn, ("twin", "torque_noise_Nm"), f"has {len(noise)} values, the arm "
+                             f"has {model.n} joints {list(model.joint_names)}: give one number or "
+                             f"one per joint")
     if not np.all(np.asarray(noise, float) > 0):
         noise = 1.0                          # noiseless twin: relative figures only
     rate = float(twin.get("sample_rate_hz") or 100.0) if scn.backend == "twin" else \
@@ -123,8 +133,8 @@ def design_context(scn: Scenario, model, terms) -> DesignContext:
         # the hardware scales its torque limits by hardware.options.limit_scale (robot.safety)
         scale = float(scn.hardware.options.get("limit_scale", 1.0)) if scn.backend == "hardware" \
             else 1.0
-        tl = torque_limit_from_drives(drives, scale * np.asarray(model.limits.tau_max, float),
-                                      payload)
+        tl = torque_limit_from_drives(
+            drives, TORQUE_HEADROOM * scale * np.asarray(model.limits.tau_max, float), payload)
     return DesignContext(noise_std=noise, sample_rate_hz=rate, theta_prior=theta, torque_limit=tl)
 
 

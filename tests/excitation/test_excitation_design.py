@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -208,3 +209,27 @@ def test_each_trajectory_has_its_own_torque_limit(tmp_path, monkeypatch, ref_mod
     monkeypatch.setattr(T, "get_trajectory", fake)
     T.trajectories(scn, ref_model)
     assert seen == {"excitation": excitation == "on", "validation": validation == "on"}
+
+
+@pytest.mark.slow
+def test_hardware_accepts_the_torque_limited_design(tmp_path, capsys, monkeypatch):
+    """The quickstart's trajectories designed for backend: hardware (torque_limit auto = on) and
+    checked by the hardware backend's dry run, which evaluates the motor-torque bound every
+    control cycle (1 kHz): the optimizer held it on 10x its grid only, and the hardware refused
+    joint 2 at 110.001 N*m of 110 (exit 4). ~10 s (two optimizations, cold cache)."""
+    import yaml
+    from identify.app.cli import main
+    from identify.model.robot_model import reference_paths
+    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    paths = reference_paths()
+    root = Path(__file__).resolve().parents[2]
+    d = yaml.safe_load((root / "scenarios" / "quickstart.yaml").read_text())
+    d["arm"] = {"urdf": str(paths["urdf"]), "drives": str(paths["drives"]),
+                "description": str(root / "assets" / "cobot6.yaml")}
+    d.pop("twin")
+    d.update(backend="hardware", hardware={"dry_run": True})
+    d["outputs"] = {"plots": False, "report": False, "urdf": False}
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(d, sort_keys=False))
+    rc = main(["-q", "run", str(f), "--out", str(tmp_path / "out")])
+    assert rc == 0, capsys.readouterr().err

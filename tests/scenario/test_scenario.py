@@ -234,6 +234,9 @@ CASES_DESIGN = [
               "validation: {harmonics: 2, period_s: 4.0, seed: 1,\n"
               "               start_deg: [8, -148, 131, 26, -178, 98]}  # <-"),
      "trajectories.validation.start_deg", "link1 cylinder / link6 cylinder in contact"),
+    ("torque noise of another arm (the design's noise model)",
+     _replace("  sample_rate_hz: 100\n", "  sample_rate_hz: 100\n  torque_noise_Nm: [0.05, 0.05]  # <-\n"),
+     "twin.torque_noise_Nm", "has 2 values, the arm has 6 joints"),
     ("a margin the start pose cannot keep",
      _replace(_EXC, "excitation: {harmonics: 3, period_s: 4.0, collision_margin_m: 0.5}  # <-"),
      "trajectories.excitation.collision_margin_m", "or a collision margin below 150.0 mm"),
