@@ -517,13 +517,24 @@ def _map_starts(job, n_starts: int, workers: int | None) -> list:
         return [job(s) for s in range(n_starts)]
     import concurrent.futures as cf
     import multiprocessing as mp
+    import os
+    from identify.common.progress import warn
     _START_JOB = job
     try:
-        import os
-        with cf.ProcessPoolExecutor(max_workers=w, mp_context=mp.get_context("fork"),
-                                    initializer=_start_worker_init,
-                                    initargs=(os.getpid(),)) as ex:
-            return list(ex.map(_run_start_job, range(n_starts)))
+        try:        # a pool needs POSIX semaphores (/dev/shm), missing in some containers
+            ex = cf.ProcessPoolExecutor(max_workers=w, mp_context=mp.get_context("fork"),
+                                        initializer=_start_worker_init, initargs=(os.getpid(),))
+        except OSError as exc:
+            warn(f"excitation starts run in one process: no worker pool ({exc})")
+            return [job(s) for s in range(n_starts)]
+        try:
+            with ex:
+                return list(ex.map(_run_start_job, range(n_starts)))
+        except cf.process.BrokenProcessPool:
+            # a worker died (e.g. killed by the OOM killer): the starts are seeded by index,
+            # so running them here gives the result the pool would have
+            warn("an excitation start's worker process died; its starts re-run in this process")
+            return [job(s) for s in range(n_starts)]
     finally:
         _START_JOB = None
 

@@ -133,6 +133,40 @@ def test_a_progress_bar_leaves_the_start_workers_available():
     assert res.stdout.split() == ["1", "2"]
 
 
+def test_starts_fall_back_to_this_process_when_a_worker_dies(tmp_path):
+    """A worker killed mid-start (OOM killer) must not lose the design: its starts re-run here,
+    with a warning. Fresh interpreter, as above."""
+    import os
+    import subprocess
+    import sys
+    code = ("import os\n"
+            "from identify.excitation.optimizer import _map_starts\n"
+            "parent = os.getpid()\n"
+            "def job(s):\n"
+            "    if os.getpid() != parent and s == 1:\n"
+            "        os._exit(9)\n"
+            "    return 10 * s\n"
+            "print(_map_starts(job, 3, 2))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[0, 10, 20]"
+    assert "worker process died" in res.stderr
+
+
+def test_starts_run_in_this_process_without_a_worker_pool(monkeypatch, capsys):
+    import concurrent.futures as cf
+    from identify.excitation import optimizer
+
+    def no_pool(*a, **k):
+        raise OSError(38, "Function not implemented")
+    monkeypatch.setattr(optimizer, "start_workers", lambda n, w=None: 2)
+    monkeypatch.setattr(cf, "ProcessPoolExecutor", no_pool)
+    assert optimizer._map_starts(lambda s: s + 1, 3, 2) == [1, 2, 3]
+    assert "no worker pool" in capsys.readouterr().err
+
+
 def test_every_start_is_polished_and_the_best_kept(arm, small):
     res = optimize_excitation(arm, small, seed=2, n_starts=3, workers=1)
     assert all("polish_iterations" in s for s in res.starts)
