@@ -114,7 +114,8 @@ def collision_model(model, problem: ExcitationProblem):
     """The capsules, pairs and obstacles of `problem` (identify.model.collision.ArmCapsules),
     without the pairs closer than the margin at the start pose (free start joints at the middle
     of their range, clipped to +-pi): the arm stands there, so such a pair is an overlap of the
-    model's geometry. Cached per model and settings."""
+    model's geometry. None when no pair is left to check (e.g. one moving joint without
+    obstacles). Cached per model and settings."""
     from identify.model.collision import ArmCapsules
     key = (id(model), model.source, repr(problem.obstacles), problem.link_tubes,
            problem.collision_margin, problem.start_pose)
@@ -128,8 +129,8 @@ def collision_model(model, problem: ExcitationProblem):
             _COLLISION_CACHE.clear()
         lo, hi = np.maximum(lim["q_min"], -math.pi), np.minimum(lim["q_max"], math.pi)
         q_rand = np.random.default_rng(0).uniform(lo, hi, (64, model.n))
-        _COLLISION_CACHE[key] = ac.drop_close(q_ref, float(problem.collision_margin)
-                                              ).drop_constant(q_rand)
+        ac = ac.drop_close(q_ref, float(problem.collision_margin)).drop_constant(q_rand)
+        _COLLISION_CACHE[key] = ac if ac.pair_labels() else None
     return _COLLISION_CACHE[key]
 
 
@@ -507,9 +508,9 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
                 add(Zr[r * N:(r + 1) * N], float(problem.z_min), np.inf,
                     "workspace z >= z_min (origin of frame)", j - 1, "z", (rows, r * N, 1.0))
     Nc = N // cs
-    if problem.collision_margin is not None:
+    ac = collision_model(model, problem) if problem.collision_margin is not None else None
+    if ac is not None:
         # capsule clearance rows at the constraint samples (screened like the limit rows)
-        ac = collision_model(model, problem)
         fd = ac.distance_function()
         qs, vs, us = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
         h = ca.Function("clear", [qs, vs, us], [fd(qs)])

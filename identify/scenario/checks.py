@@ -331,9 +331,11 @@ def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
     for ls in (scn.fit.excitation, scn.fit.validation):
         if ls is not None and ls.rate_hz is not None:
             _check_cutoff(scn, ctx, ls.rate_hz)
-    else:
-        _delegate("hardware", scn.hardware.to_settings(), ("hardware",), ctx,
-                  required=bool(scn.hardware.options))
+    # the hardware section is checked whatever the backend: switching `backend` to hardware
+    # must not reveal a bad section only when the arm is about to move
+    _delegate("hardware", scn.hardware.to_settings(), ("hardware",), ctx,
+              required=bool(scn.hardware.options),
+              paths={k: ("hardware", "options", k) for k in scn.hardware.options})
 
 
 def _check_held(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
@@ -523,50 +525,54 @@ SETTINGS_VALIDATORS = {
 }
 
 
-def _check_keys_types(cls, d: dict, path: tuple, ctx: _Ctx) -> None:
+def _check_keys_types(cls, d: dict, path: tuple, ctx: _Ctx, paths: dict | None = None) -> None:
     """Unknown keys and obvious type errors of a settings dict whose keys are `cls`'s fields
     (so the error can point at the key's line). Types follow each field's annotation/default:
-    'object' fields are per-joint (a number or a list of numbers)."""
+    'object' fields are per-joint (a number or a list of numbers). paths: key -> its path in
+    the scenario where it is not path + (key,)."""
+    paths = paths or {}
     flds = {f.name: f for f in dataclasses.fields(cls)}
     for k, v in d.items():
         if k not in flds:
             close = _closest(str(k), flds)
             hint = f" (did you mean '{close}'?)" if close else ""
-            raise ctx.error(path + (k,), f"unknown key{hint}; allowed: {', '.join(flds)}")
+            raise ctx.error(paths.get(k, path + (k,)), f"unknown key{hint}; allowed: {', '.join(flds)}")
         f = flds[k]
         ann = str(f.type)
         dflt = f.default
         if v is None:
             if "None" in ann or dflt is None or ann == "object":
                 continue
-            raise ctx.error(path + (k,), "must not be null")
+            raise ctx.error(paths.get(k, path + (k,)), "must not be null")
         num = isinstance(v, (int, float)) and not isinstance(v, bool)
         if ann == "object":
             ok = num or (isinstance(v, list) and v and all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in v))
             if not ok:
-                raise ctx.error(path + (k,), f"must be a number or a list of numbers (one per "
+                raise ctx.error(paths.get(k, path + (k,)), f"must be a number or a list of numbers (one per "
                                               f"joint), got {_tname(v)} {v!r}")
         elif isinstance(dflt, bool) or ann.startswith("bool"):
             if not isinstance(v, bool):
-                raise ctx.error(path + (k,), f"must be true or false, got {v!r}")
+                raise ctx.error(paths.get(k, path + (k,)), f"must be true or false, got {v!r}")
         elif isinstance(dflt, (int, float)) or ann.split(" ")[0] in ("int", "float"):
             if not num:
-                raise ctx.error(path + (k,), f"must be a number, got {_tname(v)} {v!r}")
+                raise ctx.error(paths.get(k, path + (k,)), f"must be a number, got {_tname(v)} {v!r}")
             if not math.isfinite(v):
-                raise ctx.error(path + (k,), f"must be finite, got {v!r}")
+                raise ctx.error(paths.get(k, path + (k,)), f"must be finite, got {v!r}")
             if ann.split(" ")[0] == "int" and not isinstance(v, int):
-                raise ctx.error(path + (k,), f"must be an integer, got {v!r}")
+                raise ctx.error(paths.get(k, path + (k,)), f"must be an integer, got {v!r}")
         elif isinstance(dflt, str) or ann.split(" ")[0] == "str":
             if not isinstance(v, str):
-                raise ctx.error(path + (k,), f"must be a string, got {_tname(v)} {v!r}")
+                raise ctx.error(paths.get(k, path + (k,)), f"must be a string, got {_tname(v)} {v!r}")
         elif ann.startswith("dict") and not isinstance(v, dict):
-            raise ctx.error(path + (k,), f"must be a mapping, got {_tname(v)}")
+            raise ctx.error(paths.get(k, path + (k,)), f"must be a mapping, got {_tname(v)}")
 
 
-def _delegate(backend: str, settings: dict, path: tuple, ctx: _Ctx, required: bool | None = None) -> None:
+def _delegate(backend: str, settings: dict, path: tuple, ctx: _Ctx, required: bool | None = None,
+              paths: dict | None = None) -> None:
     """Validate backend settings with the backend package's own validator, imported by name;
-    returns the validated settings object (None when the validator is not available)."""
+    returns the validated settings object (None when the validator is not available). paths:
+    key -> its path in the scenario where it is not path + (key,) (hardware.options.*)."""
     module, cls_name, method = SETTINGS_VALIDATORS[backend]
     try:
         mod = importlib.import_module(module)
@@ -577,7 +583,7 @@ def _delegate(backend: str, settings: dict, path: tuple, ctx: _Ctx, required: bo
                                   f"{module}.{cls_name} is not available yet") from None
         return
     if dataclasses.is_dataclass(cls):
-        _check_keys_types(cls, settings, path, ctx)
+        _check_keys_types(cls, settings, path, ctx, paths)
     try:
         return getattr(cls, method)(dict(settings))
     except (ValueError, TypeError, KeyError) as exc:
@@ -585,4 +591,6 @@ def _delegate(backend: str, settings: dict, path: tuple, ctx: _Ctx, required: bo
         for prefix in ("settings: ", "settings."):
             if msg.startswith(prefix):
                 msg = msg[len(prefix):]
-        raise ctx.error(_blame(path, settings, msg), msg) from None
+        key = _blame(path, settings, msg)
+        raise ctx.error((paths or {}).get(key[-1], key) if len(key) > len(path) else key,
+                        msg) from None

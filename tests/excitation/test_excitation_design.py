@@ -233,3 +233,15 @@ def test_hardware_accepts_the_torque_limited_design(tmp_path, capsys, monkeypatc
     f.write_text(yaml.safe_dump(d, sort_keys=False))
     rc = main(["-q", "run", str(f), "--out", str(tmp_path / "out")])
     assert rc == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("joint", ["joint1", "joint6"])
+def test_one_moving_joint_has_no_pair_to_keep_apart(joint):
+    """A one-joint arm without obstacles has no link pair the collision constraints could check:
+    the design runs without them (it crashed on the empty distance array)."""
+    arm = load_model(None, [joint])
+    pr = ExcitationProblem(harmonics=3, n_grid=40, wf=math.pi / 2, start_pose=(0.0,),
+                           collision_margin=0.02)
+    res = optimize_excitation(arm, pr, seed=0, n_starts=1, cache_dir=None)
+    assert res.trajectory.q0.shape == (1,) and np.isfinite(res.cond)
+    assert collision_model(arm, pr) is None

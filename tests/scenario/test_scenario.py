@@ -139,6 +139,11 @@ CASES = [
      _replace("backend: twin", "backend: hardware").replace(
          "twin:\n  sample_rate_hz: 100\n", "") + "hardware:  # <-\n  armed: false\n",
      "hardware.iface", "network interface"),
+    ("bad hardware option in a twin scenario (checked whatever the backend)",
+     VALID + "hardware:\n  options:\n    record_rate_hz: -5  # <-\n",
+     "hardware.options.record_rate_hz", "positive number"),
+    ("misspelt hardware option", VALID + "hardware:\n  options:\n    recrd_rate_hz: 5  # <-\n",
+     "hardware.options.recrd_rate_hz", "did you mean 'record_rate_hz'"),
     ("section of the wrong type", _replace("identification:\n  joint_model: both\n",
                                            "identification: [both]  # <-\n"),
      "identification", "must be a mapping"),
