@@ -37,6 +37,19 @@ def _x0(model, problem, seed=3):
     return _to_x(_initial_guess(model, problem, np.random.default_rng(seed), lim), free)
 
 
+def _fresh_python(code: str, timeout: float = 120):
+    """`code` run by a fresh interpreter that imports this checkout (threads other tests leave
+    alive in this process would make the optimizer, rightly, keep its starts in one process)."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=timeout)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res
+
+
 def test_row_subset_is_the_full_rows_and_its_jacobian_the_derivative(arm, small):
     nlp = _build_nlp(arm, small, base_parameters(arm, small))
     kinds = {nlp.kinds[sl][0] for (_, _, sl, _), src in zip(nlp.groups, nlp.sources) if src}
@@ -84,15 +97,11 @@ def test_warm_restart_of_a_converged_solve_is_short(arm, small):
     assert np.all(g >= nlp.lbg - 1e-6) and np.all(g <= nlp.ubg + 1e-6)
 
 
-def test_starts_in_worker_processes_equal_starts_in_this_process(tmp_path):
+def test_starts_in_worker_processes_equal_starts_in_this_process():
     """Run in a fresh interpreter: threads other tests leave alive would make the optimizer
     (rightly) keep its starts in one process, and the forked path would go untested."""
     import json
-    import os
-    import subprocess
-    import sys
-    script = tmp_path / "starts.py"
-    script.write_text(
+    res = _fresh_python(
         "import json, math, numpy as np\n"
         "from identify.excitation import ExcitationProblem, optimize_excitation\n"
         "from identify.excitation.__main__ import load_model\n"
@@ -105,11 +114,7 @@ def test_starts_in_worker_processes_equal_starts_in_this_process(tmp_path):
         "    r = optimize_excitation(arm, pr, seed=4, n_starts=2, workers=w)\n"
         "    out[w] = {'a': r.trajectory.a.tolist(), 'b': r.trajectory.b.tolist(),\n"
         "              'starts': [[s['cond'], s['iterations'], s['status']] for s in r.starts]}\n"
-        "print(json.dumps(out))\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
+        "print(json.dumps(out))\n", timeout=600)
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["workers"] == [2, 1, 1]
     assert out["1"] == out["2"]
@@ -119,26 +124,16 @@ def test_a_progress_bar_leaves_the_start_workers_available():
     """The CLI draws bars before later designs; tqdm's monitor thread, left alive by the first
     bar, used to make every later design keep its starts in one process. Fresh interpreter, as
     above."""
-    import os
-    import subprocess
-    import sys
     code = ("from identify.common import progress\n"
             "from identify.excitation.optimizer import start_workers\n"
             "for _ in progress.bar(range(3), desc='x'): pass\n"
             "import threading; print(threading.active_count(), start_workers(2, 2))\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=120)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert res.stdout.split() == ["1", "2"]
+    assert _fresh_python(code).stdout.split() == ["1", "2"]
 
 
-def test_starts_fall_back_to_this_process_when_a_worker_dies(tmp_path):
+def test_starts_fall_back_to_this_process_when_a_worker_dies():
     """A worker killed mid-start (OOM killer) must not lose the design: its starts re-run here,
     with a warning. Fresh interpreter, as above."""
-    import os
-    import subprocess
-    import sys
     code = ("import os\n"
             "from identify.excitation.optimizer import _map_starts\n"
             "parent = os.getpid()\n"
@@ -147,10 +142,7 @@ def test_starts_fall_back_to_this_process_when_a_worker_dies(tmp_path):
             "        os._exit(9)\n"
             "    return 10 * s\n"
             "print(_map_starts(job, 3, 2))\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=120)
-    assert res.returncode == 0, res.stderr[-2000:]
+    res = _fresh_python(code)
     assert res.stdout.strip() == "[0, 10, 20]"
     assert "worker process died" in res.stderr
 
