@@ -8,7 +8,10 @@ Capsules (a segment a-b in a body frame and a radius) are generated from the URD
   a cylinder becomes the capsule on its axis with its radius and length (it contains the
   cylinder: the end caps add at most one radius), a sphere a capsule of zero length, a box the
   capsule along its longest edge with the half diagonal of the other two edges as radius (contains
-  the box); meshes are not read (a warning-free omission would be unsafe, so they raise);
+  the box); a mesh (STL, binary or ASCII, or OBJ; ``scale`` applied; ``package://`` resolved
+  upwards from the URDF's folder and along ``ROS_PACKAGE_PATH``) the capsule containing all its
+  vertices around their principal axis; other mesh formats raise (a silent omission would be
+  unsafe);
 * ``link_tubes``: a capsule from each body's frame origin to the next joint's origin, with the
   largest radius of that body's geometry (``tube_radius`` when it has none), for links at least
   ``tube_min_length`` long. The reference URDF only describes the joint housings; the tubes are
@@ -180,10 +183,120 @@ def _body_links(root, moving: list[str]) -> dict[str, tuple[int, np.ndarray]]:
     return out
 
 
-def _geometry_capsule(geom, T: np.ndarray, body: int, label: str) -> Capsule:
+def _resolve_mesh(filename: str, urdf_dir: Path, label: str) -> Path:
+    """The file a URDF mesh ``filename`` names: relative to the URDF, ``file://``, or
+    ``package://<pkg>/<rel>`` (a folder <pkg> among the URDF folder's ancestors or beside one
+    of them, or under a ``ROS_PACKAGE_PATH`` entry)."""
+    import os
+    if filename.startswith("file://"):
+        cands = [Path(filename[len("file://"):])]
+    elif filename.startswith("package://"):
+        pkg, _, rel = filename[len("package://"):].partition("/")
+        cands = []
+        for d in [urdf_dir, *urdf_dir.parents]:
+            cands += [d / rel] if d.name == pkg else []
+            cands.append(d / pkg / rel)
+        for e in filter(None, os.environ.get("ROS_PACKAGE_PATH", "").split(os.pathsep)):
+            cands.append(Path(e) / pkg / rel)
+    else:
+        cands = [urdf_dir / filename]
+    for c in cands:
+        if c.is_file():
+            return c
+    raise ValueError(f"{label}: mesh {filename!r} not found (looked for {cands[0]}"
+                     f"{' and along the folders above the URDF and ROS_PACKAGE_PATH' if len(cands) > 1 else ''})")
+
+
+def _read_mesh_vertices(path: Path, label: str) -> np.ndarray:
+    """Vertices (V, 3) of an STL (binary or ASCII) or OBJ mesh, in the mesh's own units."""
+    suffix = path.suffix.lower()
+    if suffix == ".stl":
+        data = path.read_bytes()
+        n = int(np.frombuffer(data[80:84], "<u4")[0]) if len(data) >= 84 else -1
+        if n >= 0 and len(data) == 84 + 50 * n:
+            tri = np.dtype([("n", "<f4", 3), ("v", "<f4", (3, 3)), ("attr", "<u2")])
+            V = np.frombuffer(data, tri, count=n, offset=84)["v"].reshape(-1, 3)
+        else:
+            import re
+            txt = data.decode("ascii", errors="replace")
+            nums = re.findall(r"vertex\s+(\S+)\s+(\S+)\s+(\S+)", txt)
+            V = np.array(nums, float).reshape(-1, 3)
+    elif suffix == ".obj":
+        rows = [ln.split()[1:4] for ln in path.read_text(errors="replace").splitlines()
+                if ln.startswith("v ")]
+        V = np.array(rows, float).reshape(-1, 3)
+    else:
+        raise ValueError(f"{label}: mesh {path.name}: only STL and OBJ meshes are read for the "
+                         f"collision constraints; give the link an STL/OBJ or primitive "
+                         f"<collision>, or set collision_margin_m: null (no constraints; the "
+                         f"backends' PyBullet check still runs)")
+    V = V.astype(float)
+    if V.shape[0] == 0 or not np.all(np.isfinite(V)):
+        raise ValueError(f"{label}: mesh {path} has no (finite) vertices")
+    return V
+
+
+def _axis_capsule(V: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """(a, b, radius) of the capsule around the axis direction u (unit) containing points V
+    (k, 3): axis through the centre of their bounding rectangle across u, radius the largest
+    distance from it, ends pulled in as far as the end caps still cover every point."""
+    e1 = np.cross(u, [1.0, 0.0, 0.0] if abs(u[0]) < 0.9 else [0.0, 1.0, 0.0])
+    e1 /= np.linalg.norm(e1)
+    e2 = np.cross(u, e1)
+    x, y = V @ e1, V @ e2
+    c = 0.5 * (x.max() + x.min()) * e1 + 0.5 * (y.max() + y.min()) * e2
+    t = V @ u
+    r = np.hypot(x - c @ e1, y - c @ e2)
+    R = float(r.max()) + 1e-6
+    h = np.sqrt(np.maximum(R * R - r * r, 0.0))
+    hi, lo = float(np.max(t - h)), float(np.min(t + h))
+    if hi < lo:                 # any axis point in [hi, lo] covers every point: a sphere
+        hi = lo = 0.5 * (hi + lo)
+    return c + lo * u, c + hi * u, R
+
+
+def _points_capsule(V: np.ndarray, body: int, label: str) -> Capsule:
+    """The capsule containing points V (k, 3) [m] of smallest volume found from their principal
+    axis (Nelder-Mead over the axis direction; on the convex hull's vertices: a capsule is
+    convex, so containing them contains the mesh)."""
+    from scipy.optimize import minimize
+    from scipy.spatial import ConvexHull, QhullError
+    V = np.unique(np.asarray(V, float), axis=0)
+    if len(V) > 64:
+        try:
+            V = V[ConvexHull(V).vertices]
+        except (QhullError, ValueError):        # flat or degenerate: keep every point
+            pass
+    c0 = V.mean(0)
+    _, vecs = np.linalg.eigh(np.cov((V - c0).T) if len(V) > 1 else np.eye(3))
+    u0, e1, e2 = vecs[:, 2], vecs[:, 1], vecs[:, 0]
+
+    def axis(z):
+        u = u0 + z[0] * e1 + z[1] * e2
+        return u / np.linalg.norm(u)
+
+    def volume(z):
+        a, b, R = _axis_capsule(V - c0, axis(z))
+        return math.pi * R * R * (np.linalg.norm(b - a) + 4.0 * R / 3.0)
+    z = minimize(volume, np.zeros(2), method="Nelder-Mead",
+                 options={"xatol": 1e-6, "fatol": 1e-12, "initial_simplex":
+                          np.array([[0.0, 0.0], [0.05, 0.0], [0.0, 0.05]])}).x
+    if volume(z) > volume(np.zeros(2)):
+        z = np.zeros(2)
+    a, b, R = _axis_capsule(V - c0, axis(z))
+    return Capsule(body, c0 + a, c0 + b, R, f"{label} mesh")
+
+
+def _geometry_capsule(geom, T: np.ndarray, body: int, label: str,
+                      urdf_dir: Path = Path(".")) -> Capsule:
     """The capsule containing one URDF <geometry> placed at pose T in the body frame."""
     shape = list(geom)[0]
     R, p = T[:3, :3], T[:3, 3]
+    if shape.tag == "mesh":
+        V = _read_mesh_vertices(_resolve_mesh(shape.get("filename") or "", urdf_dir, label),
+                                label)
+        scale = np.array([float(v) for v in (shape.get("scale") or "1 1 1").split()])
+        return _points_capsule((V * scale) @ R.T + p, body, label)
     if shape.tag == "cylinder":
         r, L = float(shape.get("radius")), float(shape.get("length"))
         ax = R[:, 2] * 0.5 * L
@@ -201,8 +314,7 @@ def _geometry_capsule(geom, T: np.ndarray, body: int, label: str) -> Capsule:
         ax = R[:, 2] * 0.5 * L
         return Capsule(body, p - ax, p + ax, r, f"{label} capsule")
     raise ValueError(f"{label}: collision geometry <{shape.tag}> is not supported for the "
-                     f"collision constraints (cylinder, sphere, box, capsule); replace the mesh "
-                     f"by primitives or declare the link's capsule")
+                     f"collision constraints (cylinder, sphere, box, capsule, mesh)")
 
 
 def capsules_from_urdf(path, joint_names, *, link_tubes: bool = True, tube_radius: float = 0.04,
@@ -227,14 +339,15 @@ def capsules_from_urdf(path, joint_names, *, link_tubes: bool = True, tube_radiu
             g = e.find("geometry")
             if g is None or not len(g):
                 continue
-            caps.append(_geometry_capsule(g, T @ _origin(e), body, f"{ln}"))
+            caps.append(_geometry_capsule(g, T @ _origin(e), body, f"{ln}", Path(path).parent))
     if link_tubes and placements is not None:
         n = len(moving)
         names = {b: ln for ln, (b, T) in where.items() if np.allclose(T, np.eye(4))}
         for b in range(1, n):
             end = np.asarray(placements[b])[:3, 3]
-            if np.linalg.norm(end) < max(tube_min_length, 1e-6):
-                continue
+            if np.linalg.norm(end) < max(tube_min_length, 1e-6) or any(
+                    c.body == b and c.label.endswith(" mesh") for c in caps):
+                continue        # a mesh is the link itself, not only its joint housings
             rs = [c.radius for c in caps if c.body == b]
             caps.append(Capsule(b, np.zeros(3), end.copy(), max(rs) if rs else float(tube_radius),
                                 f"{names.get(b, f'body {b}')} tube"))

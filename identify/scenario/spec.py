@@ -81,7 +81,8 @@ class TrajectorySpec:
     period_s: float = _f(20.0, gt=0.0, max=3600.0, doc="period 2*pi/wf [s] (paper: 20 s)")
     periods: int = _f(1, min=1, max=100, doc="periods run back to back on the arm")
     start_deg: Optional[tuple[float, ...]] = _f(
-        None, doc="start/end pose [deg], one per joint (default: paper's upright pose)")
+        None, doc="start/end pose [deg], one per joint (default: the paper's upright pose; a "
+                  "joint whose limits exclude it at the middle of its range)")
     limit_scale: float = _f(0.8, gt=0.0, max=1.0, doc="fraction of the arm's q/qd/qdd limits used")
     grid: int = _f(200, min=10, max=100000, doc="constraint/objective sample points per period")
     starts: int = _f(2, min=1, max=1000, doc="optimizer multi-starts")

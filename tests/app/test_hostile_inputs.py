@@ -218,8 +218,8 @@ CASES = [
      "-178.0, 98.0] deg puts link1 cylinder / link6 cylinder in contact"),
     (table_plane_flipped, 2, "trajectories.excitation.obstacles[0]: infeasible: obstacle "
                              "'plane 0' (obstacles[0]): at the start pose"),
-    (margin_half_a_metre, 2, "trajectories.excitation.collision_margin_m: infeasible: the start "
-                             "pose"),
+    (margin_half_a_metre, 2, "trajectories.excitation.collision_margin_m: infeasible: a "
+                             "collision margin of 500.0 mm would leave"),
     (period_3600, 2, "pass --yes"),
     (seeds_100000, 2, "900,000 runs"),
     (alias_bomb, 2, "expands to more than"),

@@ -309,9 +309,10 @@ FOLDED_START = tuple(math.radians(v) for v in (8, -148, 131, 26, -178, 98))  # l
      r"link3 cylinder \(moved by joint3\) is 7\.7 mm from it, within the collision margin 20\.0"),
     (dict(start_pose=FOLDED_START), "start_pose",
      r"puts link1 cylinder / link6 cylinder in contact \(-7\.6 mm\)"),
-    (dict(collision_margin=0.5), "collision_margin",          # would leave out 13 of 16 pairs
-     r"link1 cylinder / link3 cylinder 150\.0 mm apart.*collision margin below 150\.0 mm"),
-    (dict(collision_margin=1.0), "collision_margin", r"150\.0 mm apart"),   # was a numpy error
+    (dict(collision_margin=0.5), "collision_margin",          # left 13 of 16 pairs out silently
+     r"margin of 500\.0 mm would leave 12 of the 15 link pairs unchecked.*below 28\.8 mm to "
+     r"check every pair"),
+    (dict(collision_margin=1.0), "collision_margin", r"15 of the 15"),     # was a numpy error
     (dict(z_min=float("nan")), None, r"z_min must be a finite height"),   # was an IPOPT error
 ])
 def test_start_pose_refused_before_ipopt(ref_model, change, setting, fragment):

@@ -1,0 +1,155 @@
+"""Capsules of mesh geometry (vendor URDFs): the capsule contains every vertex, is tight for a
+cylinder (closed form), reads binary / ASCII STL and OBJ alike with their scale and package://
+paths; the vendor arms shipped with PyBullet get collision constraints and a start pose within
+their limits by default."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from identify.excitation import ExcitationProblem, optimize_excitation
+from identify.excitation.__main__ import load_model
+from identify.excitation.problem import check_problem, default_start, resolve_start, scaled_limits
+from identify.model.collision import _points_capsule, capsules_from_urdf, segment_distance
+
+
+def _contains(cap, V, tol=1e-9):
+    d = segment_distance(cap.a[None, :], cap.b[None, :], V, V)
+    return bool(np.all(d <= cap.radius + tol))
+
+
+def test_capsule_of_a_cylinder_is_the_cylinder_closed_form():
+    """Points of a cylinder (radius 0.05 m, length 0.3 m) on a tilted axis: the capsule's axis is
+    the cylinder's, its radius the cylinder's, its segment inside the cylinder's length."""
+    rng = np.random.default_rng(0)
+    th = rng.uniform(0, 2 * math.pi, 4000)
+    z = rng.uniform(-0.15, 0.15, 4000)
+    P = np.c_[0.05 * np.cos(th), 0.05 * np.sin(th), z]
+    rim = np.c_[0.05 * np.cos(th), 0.05 * np.sin(th), np.sign(z) * 0.15]   # the end discs' rims
+    P = np.vstack([P, rim])
+    ax = np.array([1.0, 2.0, 2.0]) / 3.0
+    u = np.cross(ax, [0, 0, 1.0])
+    u /= np.linalg.norm(u)
+    ang = math.acos(ax[2])
+    K = np.array([[0, -u[2], u[1]], [u[2], 0, -u[0]], [-u[1], u[0], 0]])
+    R = np.eye(3) + math.sin(ang) * K + (1 - math.cos(ang)) * K @ K        # a tilted frame
+    ax = R[:, 2]                                                             # cylinder axis
+    c = np.array([0.1, -0.2, 0.3])
+    V = P @ R.T + c
+    cap = _points_capsule(V, 1, "cyl")
+    assert _contains(cap, V)
+    assert cap.radius == pytest.approx(0.05, abs=2e-4)
+    seg = cap.b - cap.a
+    assert abs(abs(seg @ ax) - np.linalg.norm(seg)) < 1e-6                 # along the axis
+    assert np.linalg.norm(seg) <= 0.3 + 1e-9
+    mid = 0.5 * (cap.a + cap.b)
+    assert np.linalg.norm(mid - c) < 1e-3
+
+
+def test_capsule_of_a_compact_point_set_is_a_sphere_containing_it():
+    V = np.random.default_rng(1).normal(size=(500, 3)) * [0.01, 0.01, 0.01]
+    cap = _points_capsule(V, 2, "blob")
+    assert _contains(cap, V)
+
+
+def _box_mesh(size):
+    """Vertices (8, 3) and triangles (12, 3) of an axis-aligned box centred at the origin."""
+    s = np.asarray(size, float) / 2
+    V = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], float) * s
+    F = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
+                  [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]])
+    return V, F
+
+
+def _write(fmt: str, path: Path, V, F) -> None:
+    if fmt == "stl-binary":
+        rec = np.zeros(len(F), np.dtype([("n", "<f4", 3), ("v", "<f4", (3, 3)), ("a", "<u2")]))
+        rec["v"] = V[F]
+        path.write_bytes(b"\0" * 80 + np.uint32(len(F)).tobytes() + rec.tobytes())
+    elif fmt == "stl-ascii":
+        lines = ["solid box"]
+        for f in F:
+            lines += ["facet normal 0 0 0", " outer loop"]
+            lines += [f"  vertex {x:.9g} {y:.9g} {z:.9g}" for x, y, z in V[f]]
+            lines += [" endloop", "endfacet"]
+        path.write_text("\n".join(lines + ["endsolid box"]) + "\n")
+    else:
+        path.write_text("".join(f"v {x} {y} {z}\n" for x, y, z in V)
+                        + "".join(f"f {a + 1} {b + 1} {c + 1}\n" for a, b, c in F))
+
+
+_URDF = """<robot name="m">
+  <link name="base"/>
+  <link name="l1"><inertial><mass value="1"/><inertia ixx="0.01" iyy="0.01" izz="0.01" ixy="0" ixz="0" iyz="0"/></inertial>
+    <collision><origin xyz="0 0 0.2" rpy="0 0 0"/><geometry><mesh filename="{fn}" scale="0.001 0.001 0.001"/></geometry></collision></link>
+  <joint name="j1" type="revolute"><parent link="base"/><child link="l1"/><axis xyz="0 0 1"/>
+    <limit lower="-3" upper="3" effort="10" velocity="2"/></joint>
+</robot>
+"""
+
+
+@pytest.mark.parametrize("fmt", ["stl-binary", "stl-ascii", "obj"])
+def test_mesh_formats_scale_and_package_paths(tmp_path, fmt):
+    """A 100 x 100 x 400 mm box as a millimetre mesh (scale 0.001) in a ROS package beside the
+    URDF's folder: one capsule in metres containing the box, the same from every format."""
+    V, F = _box_mesh([100.0, 100.0, 400.0])
+    ext = ".obj" if fmt == "obj" else ".stl"
+    (tmp_path / "arm_description" / "meshes").mkdir(parents=True)
+    _write(fmt, tmp_path / "arm_description" / "meshes" / f"box{ext}", V, F)
+    (tmp_path / "arm_description" / "urdf").mkdir()
+    urdf = tmp_path / "arm_description" / "urdf" / "m.urdf"
+    urdf.write_text(_URDF.format(fn=f"package://arm_description/meshes/box{ext}"))
+    (cap,) = capsules_from_urdf(urdf, ["j1"], link_tubes=False)
+    corners = V * 0.001 + [0, 0, 0.2]
+    assert _contains(cap, corners, tol=1e-6)
+    assert cap.radius == pytest.approx(0.05 * math.sqrt(2), abs=1e-5)     # half the diagonal
+    assert sorted([cap.a[2], cap.b[2]]) == pytest.approx([0.0, 0.4], abs=1e-3)   # box z 0..0.4 m
+
+
+def test_unreadable_mesh_formats_and_missing_meshes_name_the_link(tmp_path):
+    urdf = tmp_path / "m.urdf"
+    urdf.write_text(_URDF.format(fn="meshes/l1.dae"))
+    (tmp_path / "meshes").mkdir()
+    with pytest.raises(ValueError, match=r"l1: mesh 'meshes/l1.dae' not found"):
+        capsules_from_urdf(urdf, ["j1"])
+    (tmp_path / "meshes" / "l1.dae").write_text("<COLLADA/>")
+    with pytest.raises(ValueError, match=r"l1: mesh l1.dae: only STL and OBJ.*collision_margin_m"):
+        capsules_from_urdf(urdf, ["j1"])
+
+
+def _pybullet_data_urdf(rel):
+    pybullet_data = pytest.importorskip("pybullet_data")
+    path = Path(pybullet_data.getDataPath()) / rel
+    if not path.is_file():
+        pytest.skip(f"{rel} not shipped with this pybullet")
+    return path
+
+
+@pytest.mark.parametrize("rel, joints", [
+    ("kuka_iiwa/model.urdf", None), ("xarm/xarm6_robot.urdf", None),
+    ("franka_panda/panda.urdf", [f"panda_joint{i}" for i in range(1, 8)])])
+def test_vendor_arms_get_collision_constraints_and_a_start_pose_by_default(rel, joints):
+    """Mesh URDFs were refused by the default collision margin (meshes not read), and the
+    xArm's and Panda's limits exclude the paper's upright angles (the default start pose)."""
+    arm = load_model(str(_pybullet_data_urdf(rel)), joints)
+    pr = ExcitationProblem(harmonics=3, n_grid=40)          # default margin: 0.02 m
+    check_problem(arm, pr)
+    q0, free = resolve_start(arm, pr)
+    lim = scaled_limits(arm, pr)
+    assert not free.any() and np.all((q0 >= lim["q_min"]) & (q0 <= lim["q_max"]))
+    assert q0 == pytest.approx(default_start(arm, pr))
+
+
+def test_a_default_design_on_a_vendor_arm_keeps_its_clearance():
+    arm = load_model(str(_pybullet_data_urdf("kuka_iiwa/model.urdf")), None)
+    pr = ExcitationProblem(harmonics=3, n_grid=40, wf=2 * math.pi / 6.0)
+    res = optimize_excitation(arm, pr, seed=0, n_starts=1, cache_dir=None)
+    meta = res.trajectory.meta["collision"]
+    assert meta["margin_m"] == pytest.approx(0.02)
+    from identify.backend.clearance import check_clearance        # PyBullet, the URDF's meshes
+    rep = check_clearance(arm.source, arm.joint_names, res.trajectory)
+    assert rep.n_pairs > 0 and rep.min_distance.min() >= 0.02 - 1e-6
