@@ -153,3 +153,37 @@ def test_a_default_design_on_a_vendor_arm_keeps_its_clearance():
     from identify.backend.clearance import check_clearance        # PyBullet, the URDF's meshes
     rep = check_clearance(arm.source, arm.joint_names, res.trajectory)
     assert rep.n_pairs > 0 and rep.min_distance.min() >= 0.02 - 1e-6
+
+
+def test_pairs_the_design_left_out_are_held_to_no_contact_not_the_margin():
+    """A pair in the trajectory's meta.collision.ignored_pairs (its capsules closer than the
+    margin at the start pose) is checked by PyBullet for contact only: closer than the margin is
+    accepted, contact refused. Without the entry the margin applies (the Kuka's default design
+    was refused at 19.9 mm on a pair its optimizer had left out)."""
+    from types import SimpleNamespace
+    from identify import RobotModel
+    from identify.backend.clearance import CollisionRefused, check_clearance
+    from identify.excitation.problem import upright_pose
+    arm = RobotModel.reference()
+    up = np.asarray(upright_pose(6))
+    folded = np.radians([8, -148, 131, 26, -178, 98])                   # link6 on link1
+    Q = up + np.linspace(0, 1.1, 89)[:, None] * (folded - up)     # on into contact at ~1.055
+    pair = "link1 / link6"
+
+    def dist(q):        # one pose: a pair in contact there is left out as at a start pose
+        rep = check_clearance(arm.source, arm.joint_names, q=q[None, :], margin=0.0, tol=1.0)
+        return float(rep.distances[0, rep.labels.index(pair)]) if pair in rep.labels else -1.0
+    d = np.array([dist(q) for q in Q])
+    near = int(np.flatnonzero((d > 0.002) & (d < 0.015))[-1])           # close, no contact
+    assert d[0] > 0.03
+    meta = {"collision": {"margin_m": 0.02, "obstacles": [],
+                          "ignored_pairs": ["link1 cylinder / link6 cylinder",
+                                            "link2 cylinder / link6 cylinder"]}}
+    left_out = SimpleNamespace(meta=meta)
+    held = SimpleNamespace(meta={"collision": {"margin_m": 0.02, "obstacles": []}})
+    rep = check_clearance(arm.source, arm.joint_names, left_out, q=Q[:near + 1])
+    assert pair in rep.contact_only and pair not in rep.labels
+    with pytest.raises(CollisionRefused, match=r"link1 / link6 .*clearance below the margin"):
+        check_clearance(arm.source, arm.joint_names, held, q=Q[:near + 1])
+    with pytest.raises(CollisionRefused, match=r"link1 / link6 .*held to no contact"):
+        check_clearance(arm.source, arm.joint_names, left_out, q=Q)
