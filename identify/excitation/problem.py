@@ -389,10 +389,11 @@ def check_start_clearance(model, problem: ExcitationProblem, q_start=None) -> No
       `collision_margin` from every obstacle at the start pose. (The optimizer and the backends'
       check leave out pairs closer than the margin at the start pose as overlaps of the model's
       own shapes; an obstacle there would silently be ignored.)
-    * every checked pair of links is at least `collision_margin` apart at the start pose, unless
-      its shapes overlap at the zero pose or at :func:`upright_pose` as well (an overlap of the
-      model's geometry, e.g. a compact wrist: left out of the constraints as before). A start
-      pose in contact, or a margin the start pose cannot keep, would otherwise drop the pair.
+    * no pair of links is in contact at the start pose while apart at the zero pose and at
+      :func:`upright_pose`, nor within `collision_margin` at the start pose only (a pair as close
+      at a reference pose is the model's own closeness, e.g. a compact wrist or loose capsules
+      around vendor meshes: left out of the constraints, listed in ``ignored_pairs``);
+    * the margin leaves at most half of those pairs out (else it is not a clearance).
 
     Only pairs whose pose does not depend on a free start joint are decided here. q_start: (n,)
     start pose [rad] (default: the problem's, free joints at the middle of their range; for a
