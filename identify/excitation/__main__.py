@@ -40,10 +40,7 @@ def _parse_pose(text: str | None, n_hint: int | None = None):
         if tok.lower() in ("free", "none", ""):
             out.append(None)
             continue
-        try:
-            v = float(tok)
-        except ValueError:
-            v = math.nan
+        v = _number(tok)
         if not math.isfinite(v):
             raise ValueError(f"--start-deg: entry {k + 1} {tok!r} is not an angle in degrees "
                              f"(or 'free')")
@@ -51,12 +48,17 @@ def _parse_pose(text: str | None, n_hint: int | None = None):
     return tuple(out)
 
 
+def _number(text: str) -> float:
+    """float(text), NaN when it is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def _positive(text: str) -> float:
     """argparse type: a finite number > 0 (argparse names the option in the error)."""
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
+    v = _number(text)
     if not (math.isfinite(v) and v > 0):
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
     return v

@@ -183,6 +183,9 @@ def _body_links(root, moving: list[str]) -> dict[str, tuple[int, np.ndarray]]:
     return out
 
 
+_MESH_CAPSULES: dict = {}     # (file, mtime, size, scale, pose, body, label) -> Capsule
+
+
 def _resolve_mesh(filename: str, urdf_dir: Path, label: str) -> Path:
     """The file a URDF mesh ``filename`` names: relative to the URDF, ``file://``, or
     ``package://<pkg>/<rel>`` (a folder <pkg> among the URDF folder's ancestors or beside one
@@ -293,10 +296,18 @@ def _geometry_capsule(geom, T: np.ndarray, body: int, label: str,
     shape = list(geom)[0]
     R, p = T[:3, :3], T[:3, 3]
     if shape.tag == "mesh":
-        V = _read_mesh_vertices(_resolve_mesh(shape.get("filename") or "", urdf_dir, label),
-                                label)
+        path = _resolve_mesh(shape.get("filename") or "", urdf_dir, label)
         scale = np.array([float(v) for v in (shape.get("scale") or "1 1 1").split()])
-        return _points_capsule((V * scale) @ R.T + p, body, label)
+        # the collision model is built several times per run (start-pose checks of both
+        # trajectories, the optimizer, the backends): read and fit each mesh once
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size, scale.tobytes(), T.tobytes(), body, label)
+        if key not in _MESH_CAPSULES:
+            if len(_MESH_CAPSULES) > 256:
+                _MESH_CAPSULES.clear()
+            V = _read_mesh_vertices(path, label)
+            _MESH_CAPSULES[key] = _points_capsule((V * scale) @ R.T + p, body, label)
+        return _MESH_CAPSULES[key]
     if shape.tag == "cylinder":
         r, L = float(shape.get("radius")), float(shape.get("length"))
         ax = R[:, 2] * 0.5 * L
