@@ -88,7 +88,7 @@ def realized_std(scn, model, tr, bp, problem, seeds):
     motion's regressor, processed: the pipeline's processing)."""
     from identify.estimation.processing import ProcessingSettings, process
     from twin import make_backend
-    arm = scn.arm.to_backend_dict()
+    arm = scn.arm.backend_arm()
     ps = ProcessingSettings(**dict(scn.processing)) if scn.processing else ProcessingSettings()
     raw, proc = [], []
     for s in range(seeds):

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from identify.common.jsonutil import to_jsonable
+from identify.backend.arm import BackendArm
 from identify.backend.clearance import check_clearance
 from identify.backend.recording import ChunkWriter, Recording, assemble_chunks
 
@@ -63,16 +64,16 @@ class RunStopped(SafetyError):
         self.fault, self.summary, self.recording, self.path = fault, summary or {}, recording, path
 
 
-def _arm_models(arm: dict):
+def _arm_models(arm: BackendArm):
     """(model of the identified joints, model of the full arm WITH the payload on its last link).
     The full model carries the acceleration limits (URDF has none)."""
     from identify import RobotModel
     from identify.model.arm import REFERENCE_URDF, load_description
-    urdf = Path(arm.get("urdf") or REFERENCE_URDF)
-    joints = arm.get("joints")
-    # acceleration limits (URDF has none): arm["qdd_max"], else the description YAML named in
-    # arm["description"], else <urdf stem>.yaml next to the URDF, else none (inf)
-    desc_path = Path(arm["description"]) if arm.get("description") else urdf.with_suffix(".yaml")
+    urdf = Path(arm.urdf or REFERENCE_URDF)
+    joints = arm.joints
+    # acceleration limits (URDF has none): arm.qdd_max, else the description YAML named in
+    # arm.description, else <urdf stem>.yaml next to the URDF, else none (inf)
+    desc_path = arm.description if arm.description else urdf.with_suffix(".yaml")
     full0 = RobotModel.from_urdf(urdf)
     qdd, gravity = None, (0.0, 0.0, -9.81)
     if desc_path.exists():
@@ -80,21 +81,21 @@ def _arm_models(arm: dict):
         by_name = dict(zip(desc.joint_names, np.asarray(desc.qdd_max, float)))
         qdd = np.array([by_name.get(j, np.inf) for j in full0.joint_names])
         gravity = tuple(np.asarray(desc.gravity, float))
-    if arm.get("qdd_max") is not None and joints is None:
-        qdd = np.asarray(arm["qdd_max"], float)
+    if arm.qdd_max is not None and joints is None:
+        qdd = np.asarray(arm.qdd_max, float)
     full = model_with_payload(RobotModel.from_urdf(urdf, qdd_max=qdd, gravity=gravity),
-                              arm.get("payload"))
+                              arm.payload)
     model = full if not joints else RobotModel.from_urdf(urdf, list(joints), gravity=gravity)
     return model, full
 
 
-def _drives_path(arm: dict) -> Path:
-    """The drive parameter file: arm["drives"], else <urdf stem>_drives.yaml next to the URDF.
+def _drives_path(arm: BackendArm) -> Path:
+    """The drive parameter file: arm.drives, else <urdf stem>_drives.yaml next to the URDF.
     Required: the motor-torque check needs its friction, reducer loss and rotor inertia."""
     from identify.model.arm import REFERENCE_URDF
-    if arm.get("drives"):
-        return Path(arm["drives"])
-    urdf = Path(arm.get("urdf") or REFERENCE_URDF)
+    if arm.drives:
+        return Path(arm.drives)
+    urdf = Path(arm.urdf or REFERENCE_URDF)
     guess = urdf.with_name(urdf.stem + "_drives.yaml")
     if guess.exists():
         return guess
@@ -103,7 +104,7 @@ def _drives_path(arm: dict) -> Path:
                         f"exist")
 
 
-def preflight(arm: dict | None, settings: dict | None) -> HardwareSettings:
+def preflight(arm: BackendArm | dict | None, settings: dict | None) -> HardwareSettings:
     """Everything a hardware run would refuse that is known before any trajectory exists, at
     scenario-load cost (no bus, no optimization, no dynamics): the settings (keys, types), the
     armed / dry-run interlock, the interface, the drive configuration and its joint mapping, the
@@ -112,7 +113,7 @@ def preflight(arm: dict | None, settings: dict | None) -> HardwareSettings:
 
     Returns the validated HardwareSettings. Raises SafetyRefused (not armed, no drive file;
     CLI exit 4), ValueError (bad setting, payload, iface missing), robot.config.ConfigError."""
-    arm = dict(arm or {})
+    arm = BackendArm.of(arm, "hardware backend: arm")
     s = HardwareSettings.from_settings(settings)
     why = s.refusal()
     if why:
@@ -123,23 +124,24 @@ def preflight(arm: dict | None, settings: dict | None) -> HardwareSettings:
     from identify.model.drives import load_drives
     from identify.model.urdf import load_chain
     cfg = load_config(s.config)
-    names = list(load_chain(Path(arm.get("urdf") or REFERENCE_URDF)).joint_names)
+    names = list(load_chain(Path(arm.urdf or REFERENCE_URDF)).joint_names)
     make_units(cfg, names)                      # every drive has a joint and vice versa
     load_drives(_drives_path(arm), names)       # errors name the file, joint and key
-    if arm.get("payload") is not None:
-        payload_params(arm["payload"])
+    if arm.payload is not None:
+        payload_params(arm.payload)
     return s
 
 
-def make_backend(arm: dict, settings: dict) -> "HardwareBackend":
-    return HardwareBackend(arm or {}, settings or {})
+def make_backend(arm: BackendArm | dict | None, settings: dict) -> "HardwareBackend":
+    return HardwareBackend(BackendArm.of(arm, "hardware backend: arm"), settings or {})
 
 
 class HardwareBackend:
     name = "hardware"
 
-    def __init__(self, arm: dict, settings: dict, *, bus_factory: str | None = None,
+    def __init__(self, arm: BackendArm | dict, settings: dict, *, bus_factory: str | None = None,
                  bus_kwargs: dict | None = None):
+        arm = BackendArm.of(arm, "hardware backend: arm")
         # bus_factory/bus_kwargs: "module:callable" replacing robot.bus.EthercatBus (tests only)
         self._bus = (bus_factory or "robot.bus:EthercatBus", dict(bus_kwargs or {}))
         self.settings = HardwareSettings.from_settings(settings)

@@ -1,11 +1,11 @@
 """The twin as a pipeline backend: trajectory in, :class:`identify.backend.recording.Recording` out.
 
 ``make_backend(arm, settings)`` is registered under the name "twin" in identify.backend.interface.
-``arm = {"urdf": path, "drives": path, "payload": {mass_kg, com_m, inertia_kgm2} | None,
-"joints": [names] | None, "qdd_max": (n,) | None}``; ``settings`` uses the keys of
+``arm``: an :class:`identify.backend.arm.BackendArm` (or a mapping of its keys) with ``urdf`` and
+``drives``, optionally ``payload``, ``joints`` and ``qdd_max``; ``settings`` uses the keys of
 :class:`twin.config.TwinSettings` (unknown keys -> ValueError).
 
-Joint subset (``arm["joints"]``, as ``RobotModel.from_urdf(joints=...)``): the twin still
+Joint subset (``arm.joints``, as ``RobotModel.from_urdf(joints=...)``): the twin still
 simulates the whole arm; the joints outside the subset are commanded to hold 0 rad (their drive's
 position loop holds them there, physically like a locked joint -- they deflect only by their
 spring and tracking error, reported in ``meta["held_joints"]``). Trajectories then have one column
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from identify.backend.arm import BackendArm
 from identify.backend.recording import Recording
 from identify.backend.clearance import check_clearance
 
@@ -47,23 +48,21 @@ class TwinBackend:
 
     name = "twin"
 
-    def __init__(self, arm: dict, settings: dict | None = None):
-        if not isinstance(arm, dict) or "urdf" not in arm or "drives" not in arm:
-            raise ValueError(f"twin backend: arm must be a dict with 'urdf' and 'drives' paths, got {arm!r}")
-        bad = sorted(set(arm) - {"urdf", "drives", "payload", "name", "qdd_max", "joints"})
-        if bad:
-            raise ValueError(f"twin backend: unknown arm key(s) {bad}")
-        self.arm = dict(arm)
+    def __init__(self, arm: BackendArm | dict, settings: dict | None = None):
+        arm = BackendArm.of(arm, "twin backend: arm")
+        if arm.urdf is None or arm.drives is None:
+            raise ValueError(f"twin backend: the arm needs its 'urdf' and 'drives' paths, got {arm!r}")
+        self.arm = arm
         from identify.model.urdf import load_chain
-        all_names = list(load_chain(arm["urdf"]).joint_names)
-        self.active = _subset_indices(arm.get("joints"), all_names, arm["urdf"])
-        qdd_max = arm.get("qdd_max")
+        all_names = list(load_chain(arm.urdf).joint_names)
+        self.active = _subset_indices(arm.joints, all_names, arm.urdf)
+        qdd_max = arm.qdd_max
         sub_qdd = None
         if qdd_max is not None and self.active.size < len(all_names):
             q_arr = np.asarray(qdd_max, float).reshape(-1)
             if q_arr.size == self.active.size:        # given for the subset only
                 sub_qdd, qdd_max = q_arr, None
-        self.cfg = TwinConfig.from_files(arm["urdf"], arm["drives"], payload=arm.get("payload"),
+        self.cfg = TwinConfig.from_files(arm.urdf, arm.drives, payload=arm.payload,
                                          settings=settings, qdd_max=qdd_max)
         if sub_qdd is not None:
             self.cfg.qdd_max = self.cfg.qdd_max.copy()
@@ -160,7 +159,7 @@ class TwinBackend:
                 full[:, act] = a
         self.check_trajectory(q1, qd1, qdd1, t_one)
         # self-collision and declared obstacles (PyBullet on the URDF's shapes, 10x the optimizer grid)
-        check_clearance(self.arm["urdf"], self.joint_names, trajectory)
+        check_clearance(self.arm.urdf, self.joint_names, trajectory)
         # command grid over all periods: qc[m] is the target of control period m (reached at t_{m+1})
         idx = np.concatenate([np.arange(n_per)] * periods + [[n_per]])
         qc = q1[idx]
@@ -308,6 +307,6 @@ def _subset_indices(joints, all_names: list, urdf) -> np.ndarray:
     return np.array([i for i, nm in enumerate(all_names) if nm in keep], dtype=int)
 
 
-def make_backend(arm: dict, settings: dict | None = None) -> TwinBackend:
+def make_backend(arm: BackendArm | dict, settings: dict | None = None) -> TwinBackend:
     """Factory registered as "twin" in identify.backend.interface.BACKENDS."""
     return TwinBackend(arm, settings)

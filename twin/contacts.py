@@ -12,7 +12,10 @@ implicit spring prediction knows it) and PyBullet applies the force itself
 from __future__ import annotations
 
 import numpy as np
-import pybullet as p
+
+from identify.common.banner import import_pybullet
+
+p = import_pybullet()
 
 _KEYS = {"link", "time_s", "duration_s", "force_N", "point_m"}
 

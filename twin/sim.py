@@ -38,9 +38,9 @@ diagonal of their response matrix plus one Jacobi correction; motors are weakly 
 
 Speed: the whole period between PyBullet calls (controller, ripple, backlash, the linear map,
 both stick-slip solves, the friction components) is ONE compiled function
-(:func:`twin.drive.step_function`, CasADi -> C, cached on disk; CasADi's virtual machine if no C
+(:func:`twin.step_graph.step_function`, CasADi -> C, cached on disk; CasADi's virtual machine if no C
 compiler), evaluated in place on flat numpy buffers. The linear maps are rebuilt by a second
-compiled function (:func:`twin.drive.matrices_function`) whenever the mass matrix is refreshed
+compiled function (:func:`twin.step_graph.matrices_function`) whenever the mass matrix is refreshed
 (every ``mass_matrix_every`` steps) or a backlash play opens/closes. The bias h(q, v) is the arm's
 rigid-body regressor Y(q, v, 0) theta (identify.model.regressor) compiled into the step, after a check at
 construction that it reproduces PyBullet's calculateInverseDynamics (relative 1e-9 at seeded random
@@ -56,7 +56,8 @@ import struct
 import tempfile
 
 import numpy as np
-import pybullet as p
+
+from identify.common.banner import import_pybullet
 
 from . import drive as drv
 from .compiled import compiled as _compiled
@@ -65,6 +66,8 @@ from .compiled import model_bias
 from .config import TwinConfig
 from .payload import urdf_with_payload
 from .readout import STATE_CHANNELS, StateReadout, TwinState
+
+p = import_pybullet()
 
 _TORQUE_CONTROL = p.TORQUE_CONTROL
 

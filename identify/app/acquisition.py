@@ -1,4 +1,4 @@
-"""Stage 3 of the pipeline: run trajectories on the scenario's backend and collect the
+"""Pipeline step 3: run trajectories on the scenario's backend and collect the
 recordings. The backend is looked up by name (:func:`identify.backend.load_backend`), so the
 application never imports ``twin`` or ``robot``.
 
@@ -11,6 +11,7 @@ import contextlib
 
 import numpy as np
 
+from identify.backend.arm import BackendArm
 from identify.backend.interface import load_backend
 from identify.backend.interface import preflight as backend_preflight
 from identify.common import progress
@@ -18,11 +19,11 @@ from identify.common.errors import SafetyRefusal
 from identify.scenario.spec import Scenario
 
 
-def backend_arm(scn: Scenario, model=None) -> dict:
-    """The `arm` dict for load_backend (the twin also gets the model's acceleration limits)."""
-    arm = scn.arm.to_backend_dict()
+def backend_arm(scn: Scenario, model=None) -> BackendArm:
+    """The arm for load_backend (the twin also gets the model's acceleration limits)."""
+    arm = scn.arm.backend_arm()
     if scn.backend == "twin" and model is not None and scn.arm.description is not None:
-        arm["qdd_max"] = np.asarray(model.limits.qdd_max, float).tolist()
+        arm = arm.with_(qdd_max=tuple(np.asarray(model.limits.qdd_max, float).tolist()))
     return arm
 
 

@@ -170,7 +170,7 @@ def classify(exc: BaseException) -> int | None:
 def _dispatch(args) -> str | None:
     from identify.scenario.load import load_scenario
     if args.command == "report":
-        from .report import build_report
+        from identify.outputs.report import build_report
         if not os.path.isdir(args.dir):
             raise InputError(f"{args.dir}: no such run folder")
         paths = build_report(args.dir)

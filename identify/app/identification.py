@@ -3,8 +3,8 @@
     process -> fit (simplified / improved joint models) -> truth (twin runs) -> validate
             -> parameter errors -> prior -> export (full parameters for the URDF)
 
-each a small function over the types of :mod:`identify.app.results`; :func:`identify_recordings`
-runs them in that order. Rendering to files is :mod:`identify.app.render`'s job."""
+each a small function over the types of :mod:`identify.outputs.results`; :func:`identify_recordings`
+runs them in that order. Rendering to files is :mod:`identify.outputs.render`'s job."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,11 +22,11 @@ from identify.model.friction import full_regressor
 from identify.model.urdf_export import full_from_base
 from identify.scenario.signals import SIGNAL_NAMES, resolve_identification
 from identify.scenario.spec import Scenario
-from identify.validation.parameter_errors import stage2_errors, true_base_parameters
+from identify.validation.parameter_errors import stage2_errors, stage2_truth, true_base_parameters
 from identify.validation.validate import validate
 
 from .prior import prior_parameters
-from .results import (Export, Fits, Identification, ModelValidation, NoiseFloor, Prior,
+from identify.outputs.results import (Export, Fits, Identification, ModelValidation, NoiseFloor, Prior,
                       RmsFigure, TruthComparison)
 from .truth import recorded_drive_truth, recorded_settings, true_link_parameters, twin_settings
 
@@ -284,7 +284,7 @@ def parameter_errors(fits: Fits, validation: ModelValidation, truth: TruthCompar
     pe = validation.result.parameter_errors.get("stage1")
     if pe is not None:
         truth.errors["improved_stage1"] = pe
-    if stage2_truth(fits, truth) is not None:
+    if stage2_truth(im.stage2_, truth.truth) is not None:
         try:
             truth.errors["improved_stage2"] = stage2_errors(
                 im.stage2_, {nm: truth.truth.stage2[nm] for nm in
@@ -292,23 +292,6 @@ def parameter_errors(fits: Fits, validation: ModelValidation, truth: TruthCompar
                              if nm in truth.truth.stage2})
         except ValueError as exc:
             warnings.append(f"stage-2 parameter errors: {exc}")
-
-
-def stage2_truth(fits: Fits, truth: TruthComparison) -> np.ndarray | None:
-    """(n, k) drive truth in the order of the fitted stage-2 coefficients, when it applies (a
-    twin truth for stage 2 and a fitted variant the twin's law can be compared with)."""
-    im, t = fits.improved, truth.truth
-    if im is None or t is None or not t.applicable["stage2"]:
-        return None
-    s2 = im.stage2_
-    if any(nm not in t.stage2 for nm in s2.names):
-        return None                      # no constant truth for this law (load_speed)
-    # the fitted variant must contain the twin's law: "both" contains either; the drive-file
-    # fallback (no recorded law) is the opposing loss
-    law_variant = {"paper": "linear", "opposing": "opposing"}.get(t.law or "opposing")
-    if s2.variant not in (law_variant, "both"):
-        return None
-    return np.array([[t.stage2[nm][j] for nm in s2.names] for j in range(len(s2.joints))])
 
 
 def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: Prior,

@@ -7,7 +7,7 @@ import numpy as np
 from identify.model.spatial import inertial_from_params, params_from_inertial
 from identify.scenario.spec import Scenario
 
-from .results import Prior
+from identify.outputs.results import Prior
 
 
 #: CAD error of a centre of mass: each coordinate shifted by U(-c, c) with c = max(COM_ERROR_MIN_M,

@@ -47,9 +47,9 @@ from identify.scenario.spec import NOISE_ALIASES, Scenario
 
 from .acquisition import record
 from .identification import identify_recordings
-from .pipeline import build_model, check_budget, require_backend_files
-from .render import sweep_record
-from .runfolder import resolved_scenario
+from .inputs import build_model, check_budget, require_backend_files
+from identify.outputs.render import sweep_record
+from .inputs import resolved_scenario
 from .trajectories import trajectories
 
 __all__ = ["NOISE_SETTINGS", "SweepTask", "SweepResult", "grid", "run_task", "run_sweep",
@@ -201,7 +201,7 @@ def _finished(folder: Path) -> set:
 
 def _check_sweep_budget(scn: Scenario, workers: int | None, yes: bool) -> None:
     """Count the runs (grid points x seeds, without building the task list) and refuse a sweep
-    beyond the time / memory budget unless `yes` (identify.app.pipeline.check_budget)."""
+    beyond the time / memory budget unless `yes` (identify.app.inputs.check_budget)."""
     from identify.scenario.budget import estimate_sweep
     one_seed = dataclasses.replace(scn, sweep=dataclasses.replace(scn.sweep, seeds=1))
     n_runs = len(grid(one_seed)[0]) * scn.sweep.seeds
@@ -447,7 +447,7 @@ def _fmt(s: dict) -> str:
 def _write_summary_docs(folder: Path, summary: dict, plots: list) -> None:
     from identify.common.fileio import atomic_write_text
 
-    from .report import render_html, render_markdown
+    from identify.outputs.report import render_html, render_markdown
     head = ["combine", "channel", "level", "runs"] + [METRICS[k][0] for k in METRICS]
     rows = []
     for r in summary["points"]:

@@ -1,6 +1,6 @@
-"""Stage 2 of the pipeline: the excitation and validation trajectories of a scenario, optimized
+"""Pipeline step 2: the excitation and validation trajectories of a scenario, optimized
 (cached on disk) or loaded from a file, with the facts reported about them
-(:class:`~identify.app.results.TrajectoryInfo`)."""
+(:class:`~identify.outputs.results.TrajectoryInfo`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,7 +22,7 @@ from identify.excitation.problem import (ExcitationInfeasible, ExcitationProblem
 from identify.scenario.load import scenario_error
 from identify.scenario.spec import Scenario, TrajectorySpec
 
-from .results import HeldDesign, HeldSource, TrajectoryInfo
+from identify.outputs.results import HeldDesign, HeldSource, TrajectoryInfo
 
 LABELS = ("excitation", "validation")
 

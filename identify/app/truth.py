@@ -7,17 +7,15 @@ recording carries it; otherwise (older recordings) from the drive file through t
 (identify.model.drives) and the twin's resolved settings."""
 from __future__ import annotations
 
-import dataclasses
-from importlib import import_module
 
 import numpy as np
 
 from identify.model.drives import load_drives
 from identify.model.payload import payload_in_model_frame
-from identify.scenario.checks import SETTINGS_VALIDATORS
+from identify.backend.interface import resolved_settings
 from identify.scenario.spec import Scenario
 
-from .results import Truth
+from identify.outputs.results import Truth
 
 #: twin options under which the twin's friction is not a constant-parameter law, per stage
 _NOT_CONSTANT = {
@@ -35,12 +33,7 @@ def twin_settings(scn: Scenario, recs: dict | None = None) -> dict | None:
         meta = getattr(rec, "meta", None) or {}
         if meta.get("backend") == "twin" and isinstance(meta.get("settings"), dict):
             return dict(meta["settings"])
-    try:
-        mod, cls, meth = SETTINGS_VALIDATORS["twin"]
-        obj = getattr(getattr(import_module(mod), cls), meth)(dict(scn.twin))
-        return obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
-    except Exception:  # noqa: BLE001 -- the twin package is not installed
-        return None
+    return resolved_settings("twin", dict(scn.twin))
 
 
 def recorded_settings(recs: dict) -> bool:

@@ -75,7 +75,8 @@ class _World:
     """A PyBullet DIRECT client with the arm (fixed base) and the obstacles."""
 
     def __init__(self, urdf, obstacles):
-        import pybullet as pb
+        from identify.common.banner import import_pybullet
+        pb = import_pybullet()
         self.pb = pb
         self.cid = pb.connect(pb.DIRECT)
         self.arm = pb.loadURDF(str(urdf), useFixedBase=True, physicsClientId=self.cid)
@@ -122,8 +123,50 @@ class _World:
         ba, bb = self.body[a], self.body[b]
         return ba == bb or self.body_parent.get(ba) == bb or self.body_parent.get(bb) == ba
 
+    def pairs(self) -> list[tuple[str, int, int]]:
+        """The pairs checked: ("self", link a, link b) of non-adjacent bodies, and ("obs", link,
+        obstacle k) -- the base and the first moving body stand on the table and are not checked
+        against obstacles."""
+        links = self.geom_links
+        pairs = [("self", a, b) for i, a in enumerate(links) for b in links[i + 1:]
+                 if not self.adjacent(a, b)]
+        first = sorted(v for v in set(self.body.values()) if v != -1)[:1]
+        pairs += [("obs", a, k) for a in links if self.body[a] not in [-1] + first
+                  for k in range(len(self.obstacles))]
+        return pairs
+
+    def label(self, pair) -> str:
+        kind, a, b = pair
+        return (f"{self.link_names[a]} / {self.link_names[b]}" if kind == "self" else
+                f"{self.link_names[a]} / obstacle {self.obstacles[b][1]!r}")
+
+    def set_pose(self, idx, qk) -> None:
+        for j, v in zip(idx, qk):
+            self.pb.resetJointState(self.arm, j, float(v), physicsClientId=self.cid)
+
+    def distance(self, pair, far: float) -> float:
+        """Signed distance of `pair` at the current pose [m] (far: nothing closer than it)."""
+        kind, a, b = pair
+        other, link = (self.arm, b) if kind == "self" else (self.obstacles[b][0], -1)
+        pts = self.pb.getClosestPoints(self.arm, other, far, a, link, physicsClientId=self.cid)
+        return min((p[8] for p in pts), default=far)
+
     def close(self):
         self.pb.disconnect(self.cid)
+
+
+def _refuse_obstacle_at_start(pairs, d0: dict, label, margin: float, tol: float, t0: float,
+                              what: str) -> None:
+    """An obstacle is no part of the model: one the start pose already reaches into is a wrong
+    declaration or a wrong start pose, never an overlap to leave out."""
+    bad = [(label(p), d0[label(p)]) for p in pairs if p[0] == "obs" and d0[label(p)] < margin - tol]
+    if bad:
+        lb, d = min(bad, key=lambda x: x[1])
+        raise CollisionRefused(
+            f"{what} collides: {lb} at t = {t0:.3f} s, the start pose: "
+            f"{'contact (penetration distance' if d < 0 else 'clearance below the margin ('}"
+            f" {1e3 * d:.1f} mm, margin {1e3 * margin:.1f} mm; an obstacle the start pose "
+            f"reaches is declared wrong or the start pose is); nothing was run")
 
 
 def check_clearance(urdf, joint_names, trajectory=None, *, q=None, t=None, obstacles=None,
@@ -146,56 +189,17 @@ def check_clearance(urdf, joint_names, trajectory=None, *, q=None, t=None, obsta
     q = np.atleast_2d(np.asarray(q, float))
     t = np.arange(q.shape[0], dtype=float) if t is None else np.asarray(t, float)
     w = _World(urdf, obstacles)
-    pb, cid, arm = w.pb, w.cid, w.arm
+    label = w.label
     try:
         missing = [j for j in joint_names if j not in w.joint_index]
         if missing:
             raise ValueError(f"{urdf}: joint(s) {missing} not in the URDF")
         idx = [w.joint_index[j] for j in joint_names]
         far = max(margin, 0.0) + 0.1   # getClosestPoints reports pairs within this distance only
-
-        def set_pose(qk):
-            for j, v in zip(idx, qk):
-                pb.resetJointState(arm, j, float(v), physicsClientId=cid)
-
-        def dist_self(a, b):
-            pts = pb.getClosestPoints(arm, arm, far, a, b, physicsClientId=cid)
-            return min((p[8] for p in pts), default=far)
-
-        def dist_obs(a, bid):
-            pts = pb.getClosestPoints(arm, bid, far, a, -1, physicsClientId=cid)
-            return min((p[8] for p in pts), default=far)
-
-        links = w.geom_links
-        pairs = [("self", a, b) for i, a in enumerate(links) for b in links[i + 1:]
-                 if not w.adjacent(a, b)]
-        # the base and the first moving body stand on the table: not checked against obstacles
-        first = sorted(v for v in set(w.body.values()) if v != -1)[:1]
-        pairs += [("obs", a, k) for a in links if w.body[a] not in [-1] + first
-                  for k in range(len(w.obstacles))]
-
-        def label(p):
-            kind, a, b = p
-            return (f"{w.link_names[a]} / {w.link_names[b]}" if kind == "self" else
-                    f"{w.link_names[a]} / obstacle {w.obstacles[b][1]!r}")
-
-        def dist(p):
-            kind, a, b = p
-            return dist_self(a, b) if kind == "self" else dist_obs(a, w.obstacles[b][0])
-
-        set_pose(q[0])
-        d0 = {label(p): dist(p) for p in pairs}
-        # an obstacle is no part of the model: one the start pose already reaches into is a
-        # wrong declaration or a wrong start pose, never an overlap to leave out
-        bad = [(label(p), d0[label(p)]) for p in pairs
-               if p[0] == "obs" and d0[label(p)] < margin - tol]
-        if bad:
-            lb, d = min(bad, key=lambda x: x[1])
-            raise CollisionRefused(
-                f"{what} collides: {lb} at t = {t[0]:.3f} s, the start pose: "
-                f"{'contact (penetration distance' if d < 0 else 'clearance below the margin ('}"
-                f" {1e3 * d:.1f} mm, margin {1e3 * margin:.1f} mm; an obstacle the start pose "
-                f"reaches is declared wrong or the start pose is); nothing was run")
+        pairs = w.pairs()
+        w.set_pose(idx, q[0])
+        d0 = {label(p): w.distance(p, far) for p in pairs}
+        _refuse_obstacle_at_start(pairs, d0, label, margin, tol, t[0], what)
         ignored = [lb for lb, d in d0.items() if d < margin]
         left = design_left_out(trajectory)
         loose = [p for p in pairs if label(p) not in ignored and p[0] == "self"
@@ -204,9 +208,9 @@ def check_clearance(urdf, joint_names, trajectory=None, *, q=None, t=None, obsta
         D = np.empty((q.shape[0], len(pairs)))
         Dl = np.empty((q.shape[0], len(loose)))
         for k in range(q.shape[0]):
-            set_pose(q[k])
-            D[k] = [dist(p) for p in pairs]
-            Dl[k] = [dist(p) for p in loose]
+            w.set_pose(idx, q[k])
+            D[k] = [w.distance(p, far) for p in pairs]
+            Dl[k] = [w.distance(p, far) for p in loose]
     finally:
         w.close()
     if loose and Dl.min() < -tol:

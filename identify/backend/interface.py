@@ -7,6 +7,7 @@ The pipeline only ever talks to a :class:`Backend`: give it a trajectory, get a
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Protocol, runtime_checkable
 
@@ -57,6 +58,34 @@ BACKENDS = {
     "twin": "twin.backend:make_backend",
     "hardware": "robot.backend:make_backend",
 }
+
+
+# backend name -> ("module", "Class", "method") validating that backend's settings dict (raises
+# ValueError or TypeError naming the key at fault); the class is a dataclass whose fields define
+# the keys. With BACKENDS, the only place that names a backend's modules (tests/test_architecture.py
+# counts these strings as import arrows).
+SETTINGS = {
+    "twin": ("twin.config", "TwinSettings", "from_dict"),
+    "hardware": ("robot.config", "HardwareSettings", "from_settings"),
+}
+
+
+def settings_class(name: str):
+    """The settings dataclass of backend `name` and the name of its validating constructor,
+    imported lazily by name; ImportError / AttributeError when the backend is not installed."""
+    module, cls_name, method = SETTINGS[name]
+    return getattr(importlib.import_module(module), cls_name), method
+
+
+def resolved_settings(name: str, settings: dict) -> dict | None:
+    """Backend `name`'s settings with every default filled (its own validator), as a plain
+    dict; None when the backend is not installed or refuses them."""
+    try:
+        cls, method = settings_class(name)
+        obj = getattr(cls, method)(dict(settings))
+    except Exception:  # noqa: BLE001 -- not installed, or settings it refuses
+        return None
+    return obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
 
 
 def load_backend(name: str, arm: dict, settings: dict) -> Backend:

@@ -2,11 +2,7 @@
 (:mod:`.jsonutil`), atomic file writes (:mod:`.fileio`), progress bars and console messages
 (:mod:`.progress`), and the error types the CLI maps to exit codes (:mod:`.errors`); writability,
 free-space and file-kind probes and the cache folder (:mod:`.fileio`), fast small figures
-(:mod:`.figures`), the silenced pybullet banner (:mod:`.banner`).
+(:mod:`.figures`), pybullet imported without its banner (:mod:`.banner`).
 
 May import: the standard library, numpy, yaml, tqdm (matplotlib and PIL lazily, in figures). Must not import any other ``identify``
 package, ``twin`` or ``robot``."""
-
-from . import banner as _banner
-
-_banner.install()   # before any backend imports pybullet: no "pybullet build time" banner

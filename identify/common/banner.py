@@ -1,22 +1,14 @@
 """Silence the ``pybullet build time: ...`` banner that pybullet's C extension prints on stderr
-when it is first imported (by the twin, in the CLI process and in every sweep worker).
-
-:func:`install` (called when :mod:`identify.common` is imported, so before any backend) puts a
-meta-path finder in front of the import system that, for the listed modules only, runs the
-extension's initialisation with file descriptor 2 pointed at /dev/null and flushes the C stdio
-buffers before restoring it. Nothing else is touched; an import error still raises as usual.
-"""
+when it is first imported (by the twin, in the CLI process and in every sweep worker): every
+module of the project that needs pybullet gets it from :func:`import_pybullet`. Importing this
+module changes nothing."""
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib.abc
+import importlib
 import os
 import sys
-
-#: modules whose import-time banner is silenced
-NOISY = ("pybullet",)
-
 
 @contextlib.contextmanager
 def _fd2_silenced():
@@ -38,34 +30,11 @@ def _fd2_silenced():
         os.close(null)
 
 
-class _QuietLoader(importlib.abc.Loader):
-    def __init__(self, loader):
-        self._loader = loader
-
-    def create_module(self, spec):
-        with _fd2_silenced():
-            return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        with _fd2_silenced():
-            return self._loader.exec_module(module)
-
-
-class _QuietFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name not in NOISY:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _QuietLoader(spec.loader)
-                return spec
-        return None
-
-
-def install() -> None:
-    """Put the finder first on sys.meta_path (idempotent)."""
-    if not any(isinstance(f, _QuietFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _QuietFinder())
+def import_pybullet():
+    """``import pybullet``, without the banner: the first import runs the extension's
+    initialisation with file descriptor 2 pointed at /dev/null (C stdio flushed before it is
+    restored); later calls return the imported module. An import error still raises."""
+    if "pybullet" in sys.modules:
+        return sys.modules["pybullet"]
+    with _fd2_silenced():
+        return importlib.import_module("pybullet")

@@ -1,9 +1,9 @@
 """Feed-forward tracking: the same trajectory, gains and sensor noise with no feed-forward (PID
 only), the identified model's and the true model's torque feed-forward.
 
-    rec = run_case(backend, arm, settings, trajectory, tau_ff)       # one closed-loop run
+    rec = run_case(backend_name, arm, settings, trajectory, tau_ff)  # one closed-loop run
     case = tracking_case("identified_ff", rec, tau_ff, trajectory)   # its figures
-    res = ClosedLoopResult(cases={...}, ...)                          # rendered by identify.app.render
+    res = ClosedLoopResult(cases={...}, ...)                          # rendered by identify.outputs.render
 
 Tracking error e = q - q_cmd per sample: the twin's true link angle (``state_source`` "truth";
 sensor noise would otherwise set the floor), the encoder on hardware ("measured"). The torque the
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from identify.backend.arm import BackendArm
 from identify.backend.interface import load_backend
 
 __all__ = ["TrackingCase", "ClosedLoopResult", "run_case", "tracking_case", "CASES"]
@@ -68,11 +69,11 @@ class ClosedLoopResult:
                 "goal_vs_true": self.goal_vs_true, "met": met}
 
 
-def run_case(backend: str, arm: dict, settings: dict, trajectory, tau_ff, *,
+def run_case(backend_name: str, arm: BackendArm, settings: dict, trajectory, tau_ff, *,
              progress: bool = False):
     """One closed-loop run of `trajectory` with feed-forward callable `tau_ff` on a fresh backend
     (same settings, hence the same sensor-noise seed, for every case). Returns the Recording."""
-    be = load_backend(backend, arm, settings)
+    be = load_backend(backend_name, arm, settings)
     kw = {} if tau_ff is None else {"tau_ff": tau_ff}
     try:
         return be.run(trajectory, periods=1, progress=progress, **kw)

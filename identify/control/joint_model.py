@@ -12,8 +12,8 @@ the second derivative of the torque; < 1e-3 of the torque on the reference arm).
 (``motor_side`` False) tau_m = tau_r: the model was fitted to the motor torque directly (a
 simplified model's export).
 
-Three sources, one type: :func:`from_run_folder` (identified.urdf, the joint sidecar
-``identified_joints.yaml`` when present, stage 2 from parameters.yaml), :func:`from_parameters`
+Three sources, one type: :func:`from_export` (the exported URDF, the joint sidecar
+when present, stage 2 from the parameters document), :func:`from_parameters`
 (arrays, e.g. the twin's truth, built by the app), and the CAD model (:func:`cad_model`)."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import yaml
 
 from identify.model.robot_model import RobotModel
 
-__all__ = ["JointModel", "from_run_folder", "from_parameters", "cad_model", "shape"]
+__all__ = ["JointModel", "from_export", "from_parameters", "cad_model", "shape"]
 
 
 def shape(qd: np.ndarray, scale: float) -> np.ndarray:
@@ -159,16 +159,16 @@ def _stage2(params_doc: dict, names, where: str) -> dict | None:
     return out
 
 
-def from_run_folder(folder, robot: RobotModel) -> JointModel:
-    """The model a run folder exported: ``identified.urdf`` (inertials, <dynamics> viscous and
-    Coulomb), ``identified_joints.yaml`` when present (exact joint terms, offset, armature, Coulomb
-    shape; it overrides <dynamics>), and the improved model's stage 2 from ``parameters.yaml``
-    (motor side). `robot`: the arm's RobotModel (kinematics, gravity; its joints select the URDF's)."""
-    folder = Path(folder)
-    urdf = folder / "identified.urdf"
+def from_export(robot: RobotModel, urdf, sidecar=None, parameters=None) -> JointModel:
+    """The model a run exported: `urdf` (inertials, <dynamics> viscous and Coulomb), the joint
+    sidecar `sidecar` when given and present (exact joint terms, offset, armature, Coulomb shape;
+    it overrides <dynamics>), and the improved model's stage 2 from the parameters document
+    `parameters` (motor side). The run folder's file names are identify.outputs.layout's
+    (:func:`identify.outputs.layout.exported_model` finds them). `robot`: the arm's RobotModel
+    (kinematics, gravity; its joints select the URDF's)."""
+    urdf = Path(urdf)
     if not urdf.is_file():
-        raise FileNotFoundError(f"{folder}: no identified.urdf (a run folder of `twinid run` or "
-                                f"`twinid fit` with outputs.urdf: true)")
+        raise FileNotFoundError(f"{urdf}: the exported URDF is not there")
     names = list(robot.joint_names)
     ident = RobotModel.from_urdf(urdf, names, gravity=robot.gravity)
     if list(ident.joint_names) != names:
@@ -178,15 +178,16 @@ def from_run_folder(folder, robot: RobotModel) -> JointModel:
     terms = {"viscous": np.asarray(chain.damping, float), "coulomb": np.asarray(chain.friction, float),
              "offset": None, "armature": None}
     scale, signal = 0.0, "joint torque"
-    side = _sidecar(folder / "identified_joints.yaml", names)
+    side = None if sidecar is None else _sidecar(Path(sidecar), names)
     if side is not None:
         terms = {k: side[k] for k in ("viscous", "coulomb", "offset", "armature")}
         scale, signal = side["scale"], side["signal"]
-    pfile = folder / "parameters.yaml"
-    s2 = _stage2(yaml.safe_load(pfile.read_text()) if pfile.is_file() else {}, names, str(pfile))
+    pfile = None if parameters is None else Path(parameters)
+    s2 = _stage2(yaml.safe_load(pfile.read_text()) if pfile is not None and pfile.is_file()
+                 else {}, names, str(pfile))
     motor_side = s2 is not None and "motor" not in signal
-    src = f"{urdf}" + (" + identified_joints.yaml" if side is not None else "") + \
-        (" + stage 2 of parameters.yaml" if motor_side else "")
+    src = f"{urdf}" + (f" + {Path(sidecar).name}" if side is not None else "") + \
+        (f" + stage 2 of {pfile.name}" if motor_side else "")
     jm = from_parameters(robot, ident.params, **terms, stage2=s2 if motor_side else None,
                          motor_side=motor_side, source=src)
     if scale > 0:

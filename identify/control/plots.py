@@ -40,8 +40,7 @@ def plot_collision(results: dict, joint_names, path, window_s: float = 1.0) -> P
                              squeeze=False)
     for col, nm in enumerate(names):
         r = results[nm]
-        t0 = float(r.contact["time_s"])
-        t1 = t0 + float(r.contact["duration_s"])
+        t0, t1 = r.contact.time_s, r.contact.end_s
         sel = (r.t >= t0 - window_s) & (r.t <= t1 + window_s)
         for j in range(n):
             ax = axes[j, col]

@@ -3,16 +3,18 @@ drive files, payload physics, the backend's own settings validator (looked up by
 settings and the Nyquist limit of the low-pass cut-off."""
 from __future__ import annotations
 import dataclasses
-import importlib
 import math
 from pathlib import Path
 import yaml
+from identify.backend.interface import SETTINGS, settings_class
+from identify.estimation.processing import ProcessingSettings
 from identify.model.payload import payload_problem
+from identify.outputs.layout import URDF, exported_model
 
 from .spec import LogSpec, NOISE_ALIASES, Scenario, ScenarioError, TrajectorySpec
 
 
-class _Ctx:
+class CheckContext:
     """Where we are: file name, the node-line map, the base folder for relative paths."""
 
     def __init__(self, file: str, lines: dict[tuple, int], base: Path):
@@ -27,30 +29,30 @@ class _Ctx:
         return self.lines.get((), None)
 
     def error(self, path: tuple, message: str) -> ScenarioError:
-        return ScenarioError(self.file, self.line(path), _dotted(path), message)
+        return ScenarioError(self.file, self.line(path), dotted_path(path), message)
 
 
-def _dotted(path: tuple) -> str:
+def dotted_path(path: tuple) -> str:
     out = ""
     for p in path:
         out += f"[{p}]" if isinstance(p, int) else (("." if out else "") + str(p))
     return out
 
 
-def _tname(v) -> str:
+def type_name(v) -> str:
     if v is None:
         return "null"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
             list: "a list", dict: "a mapping"}.get(type(v), type(v).__name__)
 
 
-def _closest(key: str, options) -> str | None:
+def closest_key(key: str, options) -> str | None:
     import difflib
     m = difflib.get_close_matches(key, list(options), n=1, cutoff=0.6)
     return m[0] if m else None
 
 
-def _drive_joint_count(scn: Scenario, ctx: _Ctx) -> int | None:
+def _drive_joint_count(scn: Scenario, ctx: CheckContext) -> int | None:
     if scn.arm.drives is None:
         return None
     try:
@@ -60,7 +62,7 @@ def _drive_joint_count(scn: Scenario, ctx: _Ctx) -> int | None:
         raise ctx.error(("arm", "drives"), f"cannot read the drive file {scn.arm.drives}: {exc}")
 
 
-def _check_payload(scn: Scenario, ctx: _Ctx) -> None:
+def _check_payload(scn: Scenario, ctx: CheckContext) -> None:
     pl = scn.arm.payload
     if pl is None:
         return
@@ -70,7 +72,7 @@ def _check_payload(scn: Scenario, ctx: _Ctx) -> None:
         raise ctx.error(key, prob[1])
 
 
-def _check_arm_joints(scn: Scenario, ctx: _Ctx) -> None:
+def _check_arm_joints(scn: Scenario, ctx: CheckContext) -> None:
     """Every name in arm.joints is a non-fixed joint of the URDF (error at the entry's line), and
     the URDF with that subset (the other joints locked at 0) is a serial revolute chain."""
     if scn.arm.joints is None:
@@ -94,7 +96,7 @@ def _check_arm_joints(scn: Scenario, ctx: _Ctx) -> None:
         raise ctx.error(("arm", "joints"), str(exc)) from None
 
 
-def _check_drive_overrides(scn: Scenario, ctx: _Ctx) -> None:
+def _check_drive_overrides(scn: Scenario, ctx: CheckContext) -> None:
     """twin.drive_overrides against the drive file, at load (error at the override key's line)."""
     ov = scn.twin.get("drive_overrides") if isinstance(scn.twin, dict) else None
     if not ov:
@@ -120,7 +122,7 @@ def _check_drive_overrides(scn: Scenario, ctx: _Ctx) -> None:
         raise ctx.error(base + exc.path, exc.message) from None
 
 
-def _check_cutoff(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
+def _check_cutoff(scn: Scenario, ctx: CheckContext, rate_hz: float | None) -> None:
     """processing.butter_cutoff_hz below the Nyquist frequency of the processed signal."""
     proc = scn.processing or {}
     fc = proc.get("butter_cutoff_hz", 10.0)
@@ -136,7 +138,7 @@ def _check_cutoff(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
                              f"the {float(rate):g} Hz signal" + (f" decimated by {dec}" if dec > 1 else ""))
 
 
-def _urdf_joints(scn: Scenario, ctx: _Ctx) -> list[str] | None:
+def _urdf_joints(scn: Scenario, ctx: CheckContext) -> list[str] | None:
     from identify.model.urdf import URDFError, load_chain
     try:
         return list(load_chain(scn.arm.urdf).joint_names)
@@ -146,7 +148,7 @@ def _urdf_joints(scn: Scenario, ctx: _Ctx) -> list[str] | None:
         return None
 
 
-def _check_files_match_urdf(scn: Scenario, ctx: _Ctx) -> None:
+def _check_files_match_urdf(scn: Scenario, ctx: CheckContext) -> None:
     """arm.drives and arm.description must name every moving joint of the URDF (or of
     arm.joints): a file written for another arm is refused here, at load -- not after the
     optimizer, nor by silently taking infinite acceleration limits."""
@@ -184,7 +186,7 @@ def _check_files_match_urdf(scn: Scenario, ctx: _Ctx) -> None:
                                  f"joints {urdf}")
 
 
-def _check_min_period(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
+def _check_min_period(scn: Scenario, ctx: CheckContext, rate_hz: float | None) -> None:
     """An optimized trajectory's period must hold the optimizer's grid at the recording rate
     (period >= grid / rate) and its highest harmonic must pass the processing low-pass
     (period >= harmonics / cutoff); a shorter one yields a degenerate trajectory."""
@@ -209,7 +211,7 @@ def _check_min_period(scn: Scenario, ctx: _Ctx, rate_hz: float | None) -> None:
                             f"{' and '.join(why)} is {need:g} s")
 
 
-def _check_obstacles(scn: Scenario, ctx: _Ctx) -> None:
+def _check_obstacles(scn: Scenario, ctx: CheckContext) -> None:
     """trajectories.*.obstacles parse (identify.model.collision); error at the entry's line.
     Obstacles need collision constraints (a margin), the motor-torque limit the drive file."""
     from identify.model.collision import parse_obstacles
@@ -237,16 +239,16 @@ def _check_obstacles(scn: Scenario, ctx: _Ctx) -> None:
             raise ctx.error(key, msg) from None
 
 
-def _check_control(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
+def _check_control(scn: Scenario, ctx: CheckContext, n: int | None) -> None:
     """closed_loop: / payload: sections (identify.control) against the arm's files."""
     cl = scn.closed_loop
     if cl is not None:
         if cl.model is None and not scn.outputs.urdf:
             raise ctx.error(("outputs", "urdf"), "closed_loop without closed_loop.model uses the "
                                                  "run's exported model: outputs.urdf must be true")
-        if cl.model is not None and not (Path(cl.model) / "identified.urdf").is_file():
-            raise ctx.error(("closed_loop", "model"), f"{cl.model} holds no identified.urdf (a run "
-                                                      f"folder of twinid run / fit)")
+        if cl.model is not None and exported_model(cl.model) is None:
+            raise ctx.error(("closed_loop", "model"), f"{cl.model} holds no exported model "
+                                                      f"({URDF}: a run folder of twinid run / fit)")
         link = cl.collision.contact.link
         if cl.collision.enabled and scn.backend == "twin":
             from identify.model.urdf import load_chain
@@ -263,14 +265,15 @@ def _check_control(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
             raise ctx.error(("payload", "arm_model"), "give the arm's parameters (a run folder or "
                                                       "a URDF); only the twin knows its own arm")
         if ps.arm_model is not None and Path(ps.arm_model).is_dir() and \
-                not (Path(ps.arm_model) / "identified.urdf").is_file():
-            raise ctx.error(("payload", "arm_model"), f"{ps.arm_model} holds no identified.urdf")
+                exported_model(ps.arm_model) is None:
+            raise ctx.error(("payload", "arm_model"), f"{ps.arm_model} holds no exported model "
+                                                      f"({URDF})")
         if scn.arm.joints is not None:
             raise ctx.error(("payload",), "payload identification needs the whole arm (no "
                                           "arm.joints subset)")
 
 
-def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
+def cross_checks(scn: Scenario, data: dict, ctx: CheckContext) -> None:
     _check_payload(scn, ctx)
     _check_arm_joints(scn, ctx)
     _check_files_match_urdf(scn, ctx)
@@ -338,7 +341,7 @@ def _cross_checks(scn: Scenario, data: dict, ctx: _Ctx) -> None:
               paths={k: ("hardware", "options", k) for k in scn.hardware.options})
 
 
-def _check_held(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
+def _check_held(scn: Scenario, ctx: CheckContext, n: int | None) -> None:
     """trajectories.excitation.held (identify.scenario.held): excitation only, an objective that
     can use it, and each entry an existing run folder / recording of this arm's joints, or a
     valid log description -- the error at the entry's line."""
@@ -392,7 +395,7 @@ def _check_held(scn: Scenario, ctx: _Ctx, n: int | None) -> None:
                 raise ctx.error(pi, prob)
 
 
-def _check_held_rate(scn: Scenario, ctx: _Ctx, rate_hz) -> None:
+def _check_held_rate(scn: Scenario, ctx: CheckContext, rate_hz) -> None:
     """Held recordings (run folders, .npz) at the rate of the new run (twin.sample_rate_hz)
     unless processing.resample_hz puts both on one grid: the fit stacks them after processing,
     and a mismatch would be found only after the new run."""
@@ -413,7 +416,7 @@ def _check_held_rate(scn: Scenario, ctx: _Ctx, rate_hz) -> None:
                             f"rate or set processing.resample_hz")
 
 
-def _check_log_spec(scn: Scenario, ls: LogSpec, p: tuple, n: int | None, ctx: _Ctx) -> None:
+def _check_log_spec(scn: Scenario, ls: LogSpec, p: tuple, n: int | None, ctx: CheckContext) -> None:
     """One fit.* log: a column map or preset for csv / npz, one torque channel, one column per
     joint, gains for currents, at most one window, stop after start."""
     fmt = ls.format
@@ -478,7 +481,7 @@ def _log_signals(scn: Scenario, ls: LogSpec) -> tuple[bool, bool] | None:
     return "tau_j" in chans, bool(chans & {"i_m", "tau_m"})
 
 
-def _check_log_signals(scn: Scenario, ctx: _Ctx) -> None:
+def _check_log_signals(scn: Scenario, ctx: CheckContext) -> None:
     """An explicit identification.joint_model the excitation log cannot support is refused at
     load, naming the missing signal."""
     from .signals import resolve_joint_model
@@ -494,15 +497,10 @@ def _check_log_signals(scn: Scenario, ctx: _Ctx) -> None:
         raise ctx.error(("identification", "joint_model"), f"{exc} (log {ls.file})") from None
 
 
-def _delegate_processing(scn: Scenario, ctx: _Ctx) -> None:
+def _delegate_processing(scn: Scenario, ctx: CheckContext) -> None:
     if not scn.processing:
         return
-    try:
-        mod = importlib.import_module("identify.estimation.processing")
-        cls = mod.ProcessingSettings
-    except (ImportError, AttributeError):
-        raise ctx.error(("processing",), "identify.estimation.processing is not available yet; "
-                                         "remove the processing section") from None
+    cls = ProcessingSettings
     _check_keys_types(cls, scn.processing, ("processing",), ctx)
     try:
         cls(**scn.processing)
@@ -516,16 +514,9 @@ def _blame(prefix: tuple, d: dict, msg: str) -> tuple:
     return prefix + (max(named, key=lambda k: len(str(k))),) if named else prefix
 
 
-# backend -> "module:Class.method" validating that backend's settings dict (raises ValueError or
-# TypeError naming the key at fault), and the dataclass whose fields define the keys. Imported
-# lazily, by name, only for the backend a scenario selects.
-SETTINGS_VALIDATORS = {
-    "twin": ("twin.config", "TwinSettings", "from_dict"),
-    "hardware": ("robot.config", "HardwareSettings", "from_settings"),
-}
 
 
-def _check_keys_types(cls, d: dict, path: tuple, ctx: _Ctx, paths: dict | None = None) -> None:
+def _check_keys_types(cls, d: dict, path: tuple, ctx: CheckContext, paths: dict | None = None) -> None:
     """Unknown keys and obvious type errors of a settings dict whose keys are `cls`'s fields
     (so the error can point at the key's line). Types follow each field's annotation/default:
     'object' fields are per-joint (a number or a list of numbers). paths: key -> its path in
@@ -534,7 +525,7 @@ def _check_keys_types(cls, d: dict, path: tuple, ctx: _Ctx, paths: dict | None =
     flds = {f.name: f for f in dataclasses.fields(cls)}
     for k, v in d.items():
         if k not in flds:
-            close = _closest(str(k), flds)
+            close = closest_key(str(k), flds)
             hint = f" (did you mean '{close}'?)" if close else ""
             raise ctx.error(paths.get(k, path + (k,)), f"unknown key{hint}; allowed: {', '.join(flds)}")
         f = flds[k]
@@ -550,33 +541,32 @@ def _check_keys_types(cls, d: dict, path: tuple, ctx: _Ctx, paths: dict | None =
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in v))
             if not ok:
                 raise ctx.error(paths.get(k, path + (k,)), f"must be a number or a list of numbers (one per "
-                                              f"joint), got {_tname(v)} {v!r}")
+                                              f"joint), got {type_name(v)} {v!r}")
         elif isinstance(dflt, bool) or ann.startswith("bool"):
             if not isinstance(v, bool):
                 raise ctx.error(paths.get(k, path + (k,)), f"must be true or false, got {v!r}")
         elif isinstance(dflt, (int, float)) or ann.split(" ")[0] in ("int", "float"):
             if not num:
-                raise ctx.error(paths.get(k, path + (k,)), f"must be a number, got {_tname(v)} {v!r}")
+                raise ctx.error(paths.get(k, path + (k,)), f"must be a number, got {type_name(v)} {v!r}")
             if not math.isfinite(v):
                 raise ctx.error(paths.get(k, path + (k,)), f"must be finite, got {v!r}")
             if ann.split(" ")[0] == "int" and not isinstance(v, int):
                 raise ctx.error(paths.get(k, path + (k,)), f"must be an integer, got {v!r}")
         elif isinstance(dflt, str) or ann.split(" ")[0] == "str":
             if not isinstance(v, str):
-                raise ctx.error(paths.get(k, path + (k,)), f"must be a string, got {_tname(v)} {v!r}")
+                raise ctx.error(paths.get(k, path + (k,)), f"must be a string, got {type_name(v)} {v!r}")
         elif ann.startswith("dict") and not isinstance(v, dict):
-            raise ctx.error(paths.get(k, path + (k,)), f"must be a mapping, got {_tname(v)}")
+            raise ctx.error(paths.get(k, path + (k,)), f"must be a mapping, got {type_name(v)}")
 
 
-def _delegate(backend: str, settings: dict, path: tuple, ctx: _Ctx, required: bool | None = None,
+def _delegate(backend: str, settings: dict, path: tuple, ctx: CheckContext, required: bool | None = None,
               paths: dict | None = None) -> None:
     """Validate backend settings with the backend package's own validator, imported by name;
     returns the validated settings object (None when the validator is not available). paths:
     key -> its path in the scenario where it is not path + (key,) (hardware.options.*)."""
-    module, cls_name, method = SETTINGS_VALIDATORS[backend]
+    module, cls_name, _method = SETTINGS[backend]
     try:
-        mod = importlib.import_module(module)
-        cls = getattr(mod, cls_name)
+        cls, method = settings_class(backend)
     except (ImportError, AttributeError):
         if (bool(settings) if required is None else required):
             raise ctx.error(path, f"cannot check these settings: the {backend} backend's "

@@ -22,17 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-#: the recorded excitation inside a run folder (identify.app.runfolder)
-RUN_RECORDING = Path("recordings") / "excitation.npz"
-
-
-def held_file(entry: Path) -> tuple[str, Path]:
-    """(kind, file) of a path entry: ("run", <folder>/recordings/excitation.npz) for a folder,
-    ("recording", entry) for a file."""
-    entry = Path(entry)
-    if entry.is_dir():
-        return "run", entry / RUN_RECORDING
-    return "recording", entry
+from identify.outputs.layout import held_recording as held_file
 
 
 def path_problem(entry: Path) -> str | None:
@@ -43,7 +33,7 @@ def path_problem(entry: Path) -> str | None:
         return f"not found: {entry}"
     kind, f = held_file(entry)
     if kind == "run" and not f.is_file():
-        return (f"{entry} is a folder without a recorded excitation ({RUN_RECORDING} is missing: "
+        return (f"{entry} is a folder without a recorded excitation ({f.relative_to(entry)} is missing: "
                 f"not a run folder of twinid run, or one written with "
                 f"outputs.save_recordings: false)")
     return None

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Literal, Union
 import yaml
 from identify.common.fileio import regular_file_problem
-from .spec import Scenario, ScenarioError, _hints
-from .checks import _Ctx, _closest, _cross_checks, _dotted, _tname
+from .spec import Scenario, ScenarioError, field_types
+from .checks import CheckContext, closest_key, cross_checks, dotted_path, type_name
 
 
 #: largest scenario file read [bytes]; a scenario is a page of keys
@@ -44,7 +44,7 @@ def _node_lines(node, path=(), out=None, ctx_file="") -> dict[tuple, int]:
     if out is None:
         out = {(): node.start_mark.line + 1}
     if len(out) > MAX_NODES:
-        raise ScenarioError(ctx_file, node.start_mark.line + 1, _dotted(path),
+        raise ScenarioError(ctx_file, node.start_mark.line + 1, dotted_path(path),
                             f"the document expands to more than {MAX_NODES:,} entries (YAML "
                             f"aliases / anchors nested too deep?); a scenario is refused beyond "
                             f"that")
@@ -54,7 +54,7 @@ def _node_lines(node, path=(), out=None, ctx_file="") -> dict[tuple, int]:
             key = k.value if isinstance(k, yaml.ScalarNode) else str(k.value)
             line = k.start_mark.line + 1
             if key in seen:
-                raise ScenarioError(ctx_file, line, _dotted(path + (key,)),
+                raise ScenarioError(ctx_file, line, dotted_path(path + (key,)),
                                     f"duplicate key (first defined on line {seen[key]})")
             seen[key] = line
             out[path + (key,)] = line
@@ -105,16 +105,16 @@ def load_scenario(path: str | os.PathLike) -> Scenario:
 def scenario_from_dict(data: Any, *, file: str = "<scenario>", base: str | os.PathLike | None = None,
                        lines: dict | None = None) -> Scenario:
     """Validate plain data (as from YAML) into a Scenario. `base` resolves relative paths."""
-    ctx = _Ctx(file, lines or {}, Path(base).resolve() if base is not None else Path.cwd())
+    ctx = CheckContext(file, lines or {}, Path(base).resolve() if base is not None else Path.cwd())
     if not isinstance(data, dict):
-        raise ctx.error((), f"the scenario must be a mapping of keys, got {_tname(data)}")
+        raise ctx.error((), f"the scenario must be a mapping of keys, got {type_name(data)}")
     scn = _convert(Scenario, data, (), ctx)
     scn = dataclasses.replace(scn, source=Path(file) if file and not file.startswith("<") else None)
-    _cross_checks(scn, data, ctx)
+    cross_checks(scn, data, ctx)
     return scn
 
 
-def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
+def _convert(tp, value, path: tuple, ctx: CheckContext, meta: dict | None = None):
     meta = meta or {}
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -140,7 +140,7 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
                (dataclasses.is_dataclass(a) and isinstance(value, dict)) or \
                (a in (int, float) and isinstance(value, (int, float)) and not isinstance(value, bool)):
                 raise exc
-        raise ctx.error(path, f"has the wrong type ({_tname(value)}); expected {_describe(tp)}")
+        raise ctx.error(path, f"has the wrong type ({type_name(value)}); expected {_describe(tp)}")
     if value is None:
         raise ctx.error(path, f"must not be null (expected {_describe(tp)})")
     if origin is Literal:
@@ -154,7 +154,7 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
         return _convert_dataclass(tp, value, path, ctx, meta.get("_base"))
     if origin is tuple:
         if not isinstance(value, list):
-            raise ctx.error(path, f"must be a list, got {_tname(value)}")
+            raise ctx.error(path, f"must be a list, got {type_name(value)}")
         if len(args) == 2 and args[1] is Ellipsis:
             items = [_convert(args[0], v, path + (i,), ctx) for i, v in enumerate(value)]
         else:
@@ -170,7 +170,7 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
         return tuple(items)
     if tp is dict:
         if not isinstance(value, dict):
-            raise ctx.error(path, f"must be a mapping, got {_tname(value)}")
+            raise ctx.error(path, f"must be a mapping, got {type_name(value)}")
         return dict(value)
     if tp is bool:
         if not isinstance(value, bool):
@@ -178,14 +178,14 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ctx.error(path, f"must be an integer, got {_tname(value)} {value!r}")
+            raise ctx.error(path, f"must be an integer, got {type_name(value)} {value!r}")
         _check_range(value, path, ctx, meta)
         return value
     if tp is float:
         if isinstance(value, str) and NUMBER_RE.match(value):
             value = float(value)       # a quoted number, e.g. "1.0e9"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ctx.error(path, f"must be a number, got {_tname(value)} {value!r}")
+            raise ctx.error(path, f"must be a number, got {type_name(value)} {value!r}")
         value = float(value)
         if not math.isfinite(value):
             raise ctx.error(path, f"must be finite, got {value!r}")
@@ -193,11 +193,11 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ctx.error(path, f"must be a string, got {_tname(value)} {value!r}")
+            raise ctx.error(path, f"must be a string, got {type_name(value)} {value!r}")
         return value
     if tp is Path:
         if not isinstance(value, str) or not value.strip():
-            raise ctx.error(path, f"must be a path (string), got {_tname(value)} {value!r}")
+            raise ctx.error(path, f"must be a path (string), got {type_name(value)} {value!r}")
         p = Path(os.path.expanduser(value))
         if not p.is_absolute():
             p = (Path.cwd() if meta.get("cwd") else ctx.base) / p
@@ -212,7 +212,7 @@ def _convert(tp, value, path: tuple, ctx: _Ctx, meta: dict | None = None):
         if meta.get("exists") and not p.exists():
             raise ctx.error(path, f"not found: {value} (looked at {p})")
         return p
-    raise TypeError(f"scenario schema: unsupported type {tp!r} at {_dotted(path)}")
+    raise TypeError(f"scenario schema: unsupported type {tp!r} at {dotted_path(path)}")
 
 
 def _check_range(v, path, ctx, meta):
@@ -244,12 +244,12 @@ def _convert_dataclass(cls, value, path, ctx, base=None):
     instance, so nested defaults such as trajectories.validation.seed = 1 hold), else the class
     default."""
     if not isinstance(value, dict):
-        raise ctx.error(path, f"must be a mapping of keys, got {_tname(value)}")
-    hints = _hints(cls)
+        raise ctx.error(path, f"must be a mapping of keys, got {type_name(value)}")
+    hints = field_types(cls)
     flds = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     for k in value:
         if k not in flds:
-            close = _closest(str(k), flds)
+            close = closest_key(str(k), flds)
             hint = f" (did you mean '{close}'?)" if close else ""
             raise ctx.error(path + (k,), f"unknown key{hint}; allowed: {', '.join(flds)}")
     kw = {}
@@ -286,12 +286,12 @@ def key_line(file, path: tuple) -> int | None:
         lines = _node_lines(node, ctx_file=str(file)) if node is not None else {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ScenarioError):
         return None
-    return _Ctx(str(file), lines, Path(".")).line(tuple(path))
+    return CheckContext(str(file), lines, Path(".")).line(tuple(path))
 
 
 def scenario_error(scn: Scenario, path: tuple, message: str) -> ScenarioError:
     """A :class:`ScenarioError` (``file:line: key.path: message``) about key `path` of a loaded
     scenario, for problems found when the scenario meets the arm's model."""
     if scn.source is None:
-        return ScenarioError("<scenario>", None, _dotted(path), message)
-    return ScenarioError(str(scn.source), key_line(scn.source, path), _dotted(path), message)
+        return ScenarioError("<scenario>", None, dotted_path(path), message)
+    return ScenarioError(str(scn.source), key_line(scn.source, path), dotted_path(path), message)

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional, Union
 
+from identify.backend.arm import BackendArm
+
 
 class ScenarioError(ValueError):
     """A scenario problem. ``str(err)`` is one line: ``file:line: key.path: message``."""
@@ -60,16 +62,14 @@ class ArmSpec:
     joints: Optional[tuple[str, ...]] = _f(None, min_len=1,
                                            doc="identify only these joints (others locked at 0)")
 
-    def to_backend_dict(self) -> dict:
-        """The `arm` dict handed to identify.backend.interface.load_backend: urdf, drives, payload, and
+    def backend_arm(self) -> BackendArm:
+        """The arm handed to identify.backend.interface.load_backend: urdf, drives, payload, and
         joints only when a subset is selected."""
-        d = {"urdf": str(self.urdf), "drives": None if self.drives is None else str(self.drives),
-             "payload": None if self.payload is None else
-             {k: list(v) if isinstance(v, tuple) else v
-              for k, v in dataclasses.asdict(self.payload).items()}}
-        if self.joints is not None:
-            d["joints"] = list(self.joints)
-        return d
+        return BackendArm(urdf=Path(self.urdf), drives=None if self.drives is None else Path(self.drives),
+                          payload=None if self.payload is None else
+                          {k: list(v) if isinstance(v, tuple) else v
+                           for k, v in dataclasses.asdict(self.payload).items()},
+                          joints=None if self.joints is None else tuple(self.joints))
 
 
 @dataclass(frozen=True)
@@ -346,28 +346,31 @@ class Scenario:
 
     def resolved(self) -> dict:
         """All keys with defaults filled and paths absolute, as plain YAML-able data."""
-        return _to_plain(self)
+        return to_plain(self)
 
 
 _HINTS: dict[type, dict] = {}
 
 
-def _hints(cls) -> dict:
+
+def field_types(cls) -> dict:
+    """field name -> type of the spec dataclass `cls` (annotations resolved, cached)."""
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)
     return _HINTS[cls]
 
 
-def _to_plain(obj):
+def to_plain(obj):
+    """A spec (dataclass, paths, tuples) as plain YAML data; fields marked internal left out."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                 if not f.metadata.get("internal")}
     if isinstance(obj, Path):
         return str(obj)
     if isinstance(obj, (list, tuple)):
-        return [_to_plain(v) for v in obj]
+        return [to_plain(v) for v in obj]
     if isinstance(obj, dict):
-        return {k: _to_plain(v) for k, v in obj.items()}
+        return {k: to_plain(v) for k, v in obj.items()}
     return obj
 
 
@@ -376,7 +379,7 @@ def schema_table() -> str:
     rows = ["| key | default | meaning |", "|---|---|---|"]
 
     def walk(cls, prefix, base):
-        hints = _hints(cls)
+        hints = field_types(cls)
         for f in dataclasses.fields(cls):
             if f.metadata.get("internal"):
                 continue
@@ -396,7 +399,7 @@ def schema_table() -> str:
                 walk(sub, key + ".", d if dataclasses.is_dataclass(d) else None)
                 continue
             shown = "(required)" if d is dataclasses.MISSING else \
-                ('`""`' if d == "" else f"`{_to_plain(d)}`")
+                ('`""`' if d == "" else f"`{to_plain(d)}`")
             doc = f.metadata.get("doc", "").replace("|", "/")
             rows.append(f"| `{key}` | {shown} | {doc} |")
 

@@ -194,6 +194,26 @@ def stage2_errors(stage2, truth: dict) -> ParameterErrors:
     return pe
 
 
+def stage2_truth(stage2, truth) -> np.ndarray | None:
+    """(n, k) drive truth in the order of the fitted stage-2 coefficients, when it applies (a
+    twin truth for stage 2 and a fitted variant the twin's law can be compared with).
+
+    Args:
+        stage2: the improved model's fitted stage 2 (``ImprovedModel.stage2_``), or None.
+        truth: the twin's ground truth (``identify.outputs.results.Truth``), or None."""
+    if stage2 is None or truth is None or not truth.applicable["stage2"]:
+        return None
+    if any(nm not in truth.stage2 for nm in stage2.names):
+        return None                      # no constant truth for this law (load_speed)
+    # the fitted variant must contain the twin's law: "both" contains either; the drive-file
+    # fallback (no recorded law) is the opposing loss
+    law_variant = {"paper": "linear", "opposing": "opposing"}.get(truth.law or "opposing")
+    if stage2.variant not in (law_variant, "both"):
+        return None
+    return np.array([[truth.stage2[nm][j] for nm in stage2.names]
+                     for j in range(len(stage2.joints))])
+
+
 def true_base_parameters(model, base, *, link_viscous=None, link_coulomb=None,
                          terms=("viscous", "coulomb"), inertial=None) -> np.ndarray:
     """True base-parameter vector of the stage-1 / simplified columns.

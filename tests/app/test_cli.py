@@ -560,7 +560,7 @@ def test_stop_signal_exit_code_is_128_plus_signal():
 def test_summary_names_the_signal_of_each_figure():
     """The console's closing lines never put an RMS of the joint torque beside motor-torque
     figures without saying so: each figure names the signal it is measured on."""
-    from identify.app.pipeline import summary
+    from identify.outputs.render import console_summary as summary
     metrics = {"signal": "motor torque η·β·i",
                "rms": {"validation": {"simplified": {"overall": 4.06}, "improved": {"overall": 0.40}}},
                "improvement_percent": {"validation": -90.2},

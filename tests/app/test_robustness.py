@@ -32,7 +32,8 @@ def _scn(tmp: Path, **over):
 
 # -- run folders ------------------------------------------------------------------------------------
 def test_run_folder_is_claimed_exclusively(tmp_path):
-    from identify.app.runfolder import LOCK_NAME, claim_run_folder
+    from identify.outputs.layout import LOCK as LOCK_NAME
+    from identify.outputs.runfolder import claim_run_folder
     from identify.common.errors import InputError
     scn = _scn(tmp_path)
     out = tmp_path / "out"
@@ -51,14 +52,15 @@ def test_run_folder_is_claimed_exclusively(tmp_path):
 
 
 def test_auto_named_folders_never_collide(tmp_path):
-    from identify.app.runfolder import claim_run_folder
+    from identify.outputs.runfolder import claim_run_folder
     scn = _scn(tmp_path)
     with claim_run_folder(scn, None) as a, claim_run_folder(scn, None) as b:
         assert a != b and a.parent == b.parent == tmp_path / "runs"
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
-    from identify.app.runfolder import LOCK_NAME, claim_run_folder
+    from identify.outputs.layout import LOCK as LOCK_NAME
+    from identify.outputs.runfolder import claim_run_folder
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True)
     dead = int(proc.stdout)
@@ -70,7 +72,7 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
 
 
 def test_force_removes_the_previous_outputs_only(tmp_path):
-    from identify.app.runfolder import claim_run_folder
+    from identify.outputs.runfolder import claim_run_folder
     out = tmp_path / "out"
     (out / "plots").mkdir(parents=True)
     (out / "plots" / "torque_validation.png").write_bytes(b"old")
@@ -82,7 +84,7 @@ def test_force_removes_the_previous_outputs_only(tmp_path):
 
 
 def test_failed_command_leaves_no_empty_folder(tmp_path):
-    from identify.app.runfolder import claim_run_folder
+    from identify.outputs.runfolder import claim_run_folder
     out = tmp_path / "new"
     with pytest.raises(RuntimeError):
         with claim_run_folder(_scn(tmp_path), out):
@@ -91,7 +93,7 @@ def test_failed_command_leaves_no_empty_folder(tmp_path):
 
 
 def test_too_little_free_space_is_refused_before_work(tmp_path, monkeypatch):
-    from identify.app.runfolder import claim_run_folder
+    from identify.outputs.runfolder import claim_run_folder
     from identify.common.errors import InputError
     monkeypatch.setattr(fileio.shutil, "disk_usage",
                         lambda p: SimpleNamespace(total=1 << 30, used=0, free=5 * fileio.MB))
@@ -104,7 +106,7 @@ def test_too_little_free_space_is_refused_before_work(tmp_path, monkeypatch):
 def test_report_embeds_only_this_runs_plots(tmp_path):
     """A folder holding another run's plots (e.g. reused with plots: false) and a metrics.json
     listing none: the report shows none."""
-    from identify.app.report import build_report
+    from identify.outputs.report import build_report
     from identify.common.figures import pyplot, save
     plt = pyplot()
     (tmp_path / "plots").mkdir()
@@ -231,7 +233,7 @@ def test_budget_estimate_refuses_absurd_runs_and_sweeps(tmp_path):
 
 
 def test_yes_runs_beyond_the_budget_with_a_warning(capsys):
-    from identify.app.pipeline import check_budget
+    from identify.app.inputs import check_budget
     from identify.common.errors import InputError
     from identify.scenario.budget import Estimate
     est = Estimate(seconds=1e6, peak_bytes=1e9, disk_bytes=0, detail="test")
@@ -243,7 +245,7 @@ def test_yes_runs_beyond_the_budget_with_a_warning(capsys):
 
 def test_hopeless_conditioning_is_flagged_in_console_and_report(tmp_path):
     from identify.app.pipeline import conditioning_warnings
-    from identify.app.report import build_report
+    from identify.outputs.report import build_report
     fit = SimpleNamespace(params_=np.array([1.0, 0.1, 0.01, 2.0]),
                           std_=np.array([0.1, 0.5, 0.2, 3.0]))
     ident = SimpleNamespace(improved=fit, simplified=None)
@@ -338,8 +340,9 @@ def test_version(capsys):
 
 
 def test_lock_file_is_not_listed_in_the_report(tmp_path):
-    from identify.app.report import build_report
-    from identify.app.runfolder import LOCK_NAME, claim_run_folder
+    from identify.outputs.report import build_report
+    from identify.outputs.layout import LOCK as LOCK_NAME
+    from identify.outputs.runfolder import claim_run_folder
     with claim_run_folder(_scn(tmp_path), tmp_path / "out") as folder:
         (folder / "metrics.json").write_text(json.dumps({"name": "x"}))
         md = build_report(folder)[0].read_text()      # built while the folder is claimed

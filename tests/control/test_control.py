@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import yaml
 
-from identify.control.collision import episodes, evaluate
-from identify.control.joint_model import from_parameters, from_run_folder
+from identify.control.detection import episodes, evaluate
+from identify.backend.contact import Contact
+from identify.control.joint_model import from_export, from_parameters
+from identify.outputs.layout import exported_model
 from identify.control.observer import (alarms, link_torque_from_motor, mass_matrix, residual,
                                        stiction_band, thresholds)
 from identify.model.drives import load_drives
@@ -102,8 +104,16 @@ def test_motor_torque_inversion(arm_model):
     assert np.all(np.abs(b[2]) < 1e-2)
 
 
+def _from_run_folder(folder, robot):
+    ex = exported_model(folder)
+    if ex is None:
+        raise FileNotFoundError(f"{folder}: no identified.urdf")
+    return from_export(robot, ex.urdf, ex.sidecar, ex.parameters)
+
+
 def test_run_folder_model(tmp_path, ref_model):
-    """identified.urdf + parameters.yaml stage 2 (+ optional sidecar) -> JointModel."""
+    """identified.urdf + parameters.yaml stage 2 (+ optional sidecar) -> JointModel, the files
+    found by the run folder's layout."""
     n = ref_model.n
     p = ref_model.params * 1.1
     export_urdf(ref_model, tmp_path / "identified.urdf", p, viscous=np.full(n, 0.2),
@@ -112,7 +122,7 @@ def test_run_folder_model(tmp_path, ref_model):
           "joints": list(ref_model.joint_names),
           "params": [[0.3, 1.0, 2.0, 0.4, 1e-4]] * n}
     (tmp_path / "parameters.yaml").write_text(yaml.safe_dump({"models": {"improved": {"stage2": s2}}}))
-    jm = from_run_folder(tmp_path, ref_model)
+    jm = _from_run_folder(tmp_path, ref_model)
     np.testing.assert_allclose(jm.robot.params, p, rtol=1e-12)
     np.testing.assert_allclose(jm.viscous, 0.2)
     np.testing.assert_allclose(jm.xi_opp, 0.3)
@@ -123,19 +133,20 @@ def test_run_folder_model(tmp_path, ref_model):
                                                        "coulomb_velocity_scale": 0.03}
                                                   for nm in ref_model.joint_names}}
     (tmp_path / "identified_joints.yaml").write_text(yaml.safe_dump(side))
-    jm = from_run_folder(tmp_path, ref_model)
+    jm = _from_run_folder(tmp_path, ref_model)
     np.testing.assert_allclose(jm.viscous, 0.5)
     np.testing.assert_allclose(jm.offset, -0.1)
     np.testing.assert_allclose(jm.armature, 0.02)
     assert jm.coulomb_scale == 0.03
-    with pytest.raises(FileNotFoundError, match="identified.urdf"):
-        from_run_folder(tmp_path / "nowhere", ref_model)
+    assert exported_model(tmp_path / "nowhere") is None
+    with pytest.raises(FileNotFoundError, match="nowhere.urdf"):
+        from_export(ref_model, tmp_path / "nowhere.urdf")
 
 
 def _truth_folder(folder, scn_dict):
     """A run folder whose exported model IS the twin's truth (URDF inertia, drive-file friction
     and stage 2), as `twinid run` would write it for a perfect identification."""
-    from identify.app.pipeline import build_model
+    from identify.app.inputs import build_model
     from identify.app.truth import true_link_parameters
     from identify.scenario.load import scenario_from_dict
     scn = scenario_from_dict(scn_dict, base=ROOT)
@@ -193,7 +204,7 @@ def test_evaluate_counts_false_alarms_outside_the_contact(arm_model):
     tau = g + 0.01 * rng.normal(size=g.shape)
     tau[1000:1200, 1] -= 5.0            # the contact (the link pushes back on the sensor)
     tau[2500:2600, 2] -= 3.0            # something else, later: a false alarm
-    contact = {"time_s": 1.0, "duration_s": 0.2}
+    contact = Contact(link="link3", time_s=1.0, duration_s=0.2, force_N=(0.0, 0.0, -50.0))
     r = evaluate(model, calib, free, mk(tau), contact, name="x", signal="tau_j", gain=50.0,
                  stiction_speed=0.0)
     assert r.detected and r.detection_delay_ms < 10

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from identify.control.joint_model import from_parameters
-from identify.control.stage import fit_payload, known_arm, run_payload
+from identify.control.runs import fit_payload, known_arm, run_payload
 from identify.estimation.payload import (PayloadFit, from_physical, payload_regressor, physical,
                                          pseudo_inertia)
 from identify.model.drives import load_drives
@@ -108,7 +108,7 @@ def test_run_and_fit_with_a_payload_section(tmp_path):
     assert p["truth"]["mass_kg"] == 1.5 and p["std"]["mass_kg"] > 0 and p["goal"]["met"]
     # from the log: arm given by a URDF with the drive file's link friction in <dynamics>
     from identify.model.urdf_export import export_urdf
-    from identify.app.pipeline import build_model
+    from identify.app.inputs import build_model
     scn = scenario_from_dict(base, base=ROOT)
     model = build_model(scn)
     arm = _arm(model)

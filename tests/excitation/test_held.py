@@ -15,8 +15,8 @@ from conftest import tiny_scenario
 
 from identify.app.acquisition import record
 from identify.app.identification import identify_recordings
-from identify.app.render import error_summary, trajectory_document
-from identify.app.results import TrajectoryInfo
+from identify.outputs.render import error_summary, trajectory_document
+from identify.outputs.results import TrajectoryInfo
 from identify.app.trajectories import design_context, held_information, trajectories
 from identify.backend.recording import Recording
 from identify.estimation.design import coulomb_column

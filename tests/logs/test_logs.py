@@ -31,7 +31,7 @@ def twin_recordings(tmp_path_factory):
     """Excitation and validation recordings of the twin (tiny trajectories), saved as NPZ."""
     import os
     from identify.app.acquisition import record
-    from identify.app.pipeline import build_model
+    from identify.app.inputs import build_model
     from identify.app.trajectories import trajectories
     from identify.scenario.load import scenario_from_dict
     cache = tmp_path_factory.getbasetemp() / "twinid_cache"

@@ -389,7 +389,7 @@ def test_identification_over_bus_matches_twin(veth, emulator, tmp_path):
     two twin runs that differ only in the noise seed."""
     from identify.app.acquisition import record
     from identify.app.identification import identify_recordings
-    from identify.app.pipeline import build_model
+    from identify.app.inputs import build_model
     from identify.app.trajectories import design_context, get_trajectory
     s_twin = _scenario("twin", twin={"sample_rate_hz": 100, "seed": 0})
     model = build_model(s_twin)

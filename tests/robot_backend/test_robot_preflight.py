@@ -23,10 +23,10 @@ def test_settings_expose_interlock_state():
 
 def test_scenario_loader_settings_show_refusal():
     """The scenario layer validates `hardware:` with HardwareSettings.from_settings (identify's
-    SETTINGS_VALIDATORS); the object it gets back already knows the run will be refused."""
-    from identify.scenario.checks import SETTINGS_VALIDATORS
+    registry identify.backend.interface.SETTINGS); the object it gets back already knows the run will be refused."""
+    from identify.backend.interface import SETTINGS
     from identify.scenario.load import scenario_from_dict
-    mod, cls, meth = SETTINGS_VALIDATORS["hardware"]
+    mod, cls, meth = SETTINGS["hardware"]
     assert (mod, cls, meth) == ("robot.config", "HardwareSettings", "from_settings")
     scn = scenario_from_dict({"arm": {"urdf": ARM["urdf"], "drives": ARM["drives"]},
                               "backend": "hardware", "hardware": {"iface": "eth1"}},
@@ -34,7 +34,7 @@ def test_scenario_loader_settings_show_refusal():
     s = HardwareSettings.from_settings(scn.backend_settings())
     assert s.refusal() is not None and not s.may_enable
     with pytest.raises(SafetyRefused, match="not armed"):
-        preflight(scn.arm.to_backend_dict(), scn.backend_settings())
+        preflight(scn.arm.backend_arm(), scn.backend_settings())
 
 
 def test_unarmed_refused_before_reading_anything(tmp_path):

@@ -49,7 +49,7 @@ def _run(twin: dict, processing: dict | None = None, seconds: float = 6.0,
     """(scenario, model, recordings) of the twin on small optimized trajectories (or
     `trajectories_spec`)."""
     from identify.app.acquisition import record
-    from identify.app.pipeline import build_model
+    from identify.app.inputs import build_model
     from identify.app.trajectories import trajectories
     from identify.scenario.load import scenario_from_dict
     d = tiny_scenario("verdicts", twin={"settle_s": 0.1, **twin}, outputs=QUIET,
@@ -98,7 +98,7 @@ def test_percent_error_of_a_truth_about_zero_is_not_given_but_z_is():
 
 
 def test_report_table_shows_z_and_a_dash_for_a_truth_about_zero():
-    from identify.app.render import parameter_table
+    from identify.outputs.render import parameter_table
     t = parameter_table(["a", "b"], [1.02, 6e-4], std=[0.01, 1e-4], truth=[1.0, 5e-5])
     assert t["error_percent"][1] is None and t["truth_near_zero"] == [False, True]
     np.testing.assert_allclose(t["z"], [2.0, 5.5])

@@ -3,7 +3,7 @@
 The report is built only from the files in a run folder (``scenario.yaml``, ``metrics.json``,
 ``parameters.yaml``, ``plots/*.png``), so ``twinid report DIR`` rebuilds it at any time::
 
-    from identify.app.report import build_report
+    from identify.outputs.report import build_report
     build_report("runs/2026-01-01T12-00-00_quickstart")   # -> [report.md, report.html]
 
 Contents: summary and the comparison with the paper's figures (motor-torque RMS of the simplified

@@ -1,10 +1,10 @@
-"""The run's data model: what each stage of the pipeline hands to the next, as plain dataclasses.
+"""The run's data model: what each step of the pipeline hands to the next, as plain dataclasses.
 
     scenario -> TrajectoryInfo (per trajectory) -> Recording (backend) -> Identification:
         processed data, Fits (simplified / improved), TruthComparison (twin runs),
         ModelValidation (predictions, RMS), Export (full parameters for the URDF)
 
-Nothing here computes; :mod:`identify.app.render` turns these types into ``metrics.json``,
+Nothing here computes; :mod:`identify.outputs.render` turns these types into ``metrics.json``,
 ``parameters.yaml`` and the sweep records, each in one place. Arrays are SI: torques [N*m],
 shapes (N samples, n joints) unless noted."""
 from __future__ import annotations
@@ -282,3 +282,15 @@ class RunInfo:
     timings: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)
     messages: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ControlOutcome:
+    """What the control sections of a scenario produced (identify.control):
+
+    closed_loop: ``ClosedLoopResult`` of the tracking cases, or None; collision: model name ->
+    ``CollisionResult`` (empty when not run); payload: ``PayloadResult`` of a payload
+    identification, or None."""
+    closed_loop: object = None
+    collision: dict = field(default_factory=dict)
+    payload: object = None

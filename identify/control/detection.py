@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from identify.backend.contact import Contact
+
 from .joint_model import JointModel
 from .observer import (Thresholds, alarms, link_torque_from_motor, residual, stiction_band,
                        thresholds)
@@ -40,7 +42,7 @@ class CollisionResult:
     detection_delay_ms: float | None
     false_alarms: int
     false_alarms_contact_run: int
-    contact: dict
+    contact: Contact
     peak_residual_Nm: np.ndarray
     tau_ext_peak_Nm: np.ndarray | None = None
     t: np.ndarray = field(repr=False, default=None)
@@ -78,12 +80,12 @@ def episodes(alarm: np.ndarray) -> np.ndarray:
     return np.flatnonzero(a & ~np.concatenate([[False], a[:-1]]))
 
 
-def evaluate(model: JointModel, calib, free, contact_rec, contact: dict, *, name: str,
+def evaluate(model: JointModel, calib, free, contact_rec, contact: Contact, *, name: str,
              signal: str = "tau_m", gain: float = 50.0, k_sigma: float = 5.0,
              peak_factor: float = 1.2, margin_Nm: float = 0.1,
              stiction_speed: float = 0.02) -> CollisionResult:
     """Thresholds from `calib`, false alarms on `free`, detection on `contact_rec` (recordings of
-    the same trajectory); contact: {time_s, duration_s, ...} as given to the twin;
+    the same trajectory); contact: the Contact the twin applied on `contact_rec`;
     stiction_speed [rad/s]: width of the thresholds' band at velocity reversals (0: static
     thresholds only)."""
     r_cal, b_cal = observer_residual(model, calib, signal, gain, stiction_speed)
@@ -92,7 +94,7 @@ def evaluate(model: JointModel, calib, free, contact_rec, contact: dict, *, name
     fa_free = episodes(alarms(r_free, th.value, b_free)).size
     r, band = observer_residual(model, contact_rec, signal, gain, stiction_speed)
     t = np.asarray(contact_rec.t, float)
-    t0, t1 = float(contact["time_s"]), float(contact["time_s"]) + float(contact["duration_s"])
+    t0, t1 = contact.time_s, contact.end_s
     inside = (t >= t0) & (t < t1)
     alarm = alarms(r, th.value, band)
     starts = episodes(alarm)
@@ -109,7 +111,7 @@ def evaluate(model: JointModel, calib, free, contact_rec, contact: dict, *, name
     return CollisionResult(
         model=name, model_source=model.source, signal=signal, gain=float(gain), thresholds=th,
         detected=delay is not None, detection_delay_ms=delay, false_alarms=int(fa_free),
-        false_alarms_contact_run=int(np.sum(outside)), contact=dict(contact),
+        false_alarms_contact_run=int(np.sum(outside)), contact=contact,
         peak_residual_Nm=np.max(np.abs(r[inside]), axis=0) if np.any(inside) else np.zeros(model.n),
         tau_ext_peak_Nm=tex, t=t, r=r, band=band, stiction_speed=float(stiction_speed),
         band_fraction=float(np.mean(np.any(band > th.value, axis=1))))

@@ -1,9 +1,8 @@
-"""Stage 7 of the pipeline: the run folder.
+"""The run folder: claimed before any work (:func:`claim_run_folder`), written when the
+identification is done (:func:`write_run`), finished with metrics.json and the report
+(:func:`finish_run`). Its file names are :mod:`identify.outputs.layout`'s.
 
-    scenario.yaml (resolved)   trajectories/*.yaml   recordings/*.npz   parameters.yaml
-    identified.urdf            metrics.json          plots/*.png        report.md, report.html
-
-Documents come from :mod:`identify.app.render`; a failing plot is reported in
+Documents come from :mod:`identify.outputs.render`; a failing plot is reported in
 ``metrics.json``'s ``messages`` and never loses a finished run."""
 from __future__ import annotations
 
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from identify.backend.interface import resolved_settings
 from identify.common.errors import InputError
 from identify.common.fileio import MB, writable_problem, write_json, write_yaml
 from identify.excitation import plots as trajectory_plots
@@ -28,19 +28,12 @@ from identify.model.urdf_export import export_urdf
 from identify.scenario.spec import Scenario
 from identify.validation import plots as ident_plots
 
-from .render import metrics_document, model_tables, parameters_document
+from . import layout
+from .render import control_run_document, metrics_document, model_tables, parameters_document
 from .report import build_report
-from .results import Identification, RunInfo, TrajectoryInfo
-from .truth import twin_settings
+from .results import ControlOutcome, Identification, RunInfo, TrajectoryInfo
 
 
-#: the lock file of a claimed run folder (held while a command writes into it)
-LOCK_NAME = ".twinid.lock"
-#: every file / folder a twinid command writes into a run folder (removed by --force)
-OUTPUT_NAMES = ("scenario.yaml", "trajectories", "recordings", "parameters.yaml",
-                "identified.urdf", "metrics.json", "plots", "report.md", "report.html",
-                "trajectories.yaml", "excitation.yaml", "validation.yaml", "excitation.png",
-                "validation.png")
 #: room a run folder needs besides the recordings (plots, reports, documents) [bytes]
 FOLDER_BASE_BYTES = 20 * MB
 
@@ -90,7 +83,7 @@ def _lock_owner_alive(lock: Path) -> bool:
 
 
 def _take_lock(folder: Path, command: str) -> Path:
-    lock = folder / LOCK_NAME
+    lock = folder / layout.LOCK
     rec = json.dumps({"pid": os.getpid(), "host": platform.node(), "command": command,
                       "started": _dt.datetime.now().isoformat(timespec="seconds")})
     for _ in range(2):
@@ -126,7 +119,7 @@ def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: boo
       created lock file: a second command on the same folder is refused (exit 2) while the
       first runs. A lock left by a process that died on this host is taken over.
     * An existing `out` holding anything is refused unless `force` (then every output a twinid
-      command writes -- :data:`OUTPUT_NAMES` -- is removed first, so nothing of the previous
+      command writes -- :data:`identify.outputs.layout.OUTPUT_NAMES` -- is removed first, so nothing of the previous
       run, e.g. its plots, can mix with the new one; other files are left alone).
     * It must be writable with `need_bytes` + :data:`FOLDER_BASE_BYTES` free.
     On an exception the lock is released, and a folder this call created is removed if empty.
@@ -141,14 +134,14 @@ def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: boo
         raise InputError(f"--out {out}: not a folder")
     lock = _take_lock(folder, command)
     try:
-        held = sorted(p.name for p in folder.iterdir() if p.name != LOCK_NAME)
+        held = sorted(p.name for p in folder.iterdir() if p.name != layout.LOCK)
         if held and not force:
             shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
             raise InputError(f"--out {folder}: the folder is not empty ({shown}); pass --force to "
                              f"replace a previous run's outputs, or choose a new folder")
         if held:
             _refuse_replacing_held(scn, folder)
-            for name in OUTPUT_NAMES:
+            for name in layout.OUTPUT_NAMES:
                 p = folder / name
                 if p.is_dir() and not p.is_symlink():
                     shutil.rmtree(p)
@@ -190,26 +183,6 @@ def _remove_if_empty(folder: Path) -> None:
         folder.rmdir()
     except OSError:
         pass
-
-
-def resolved_scenario(scn: Scenario, ident: Identification | None = None) -> dict:
-    """The scenario as resolved, with the backend's full settings (defaults filled) when known.
-    With `ident`: the identification settings actually used (``auto`` keys resolved); a fit
-    from logs keeps only the sections that apply (no twin, trajectories, sweep, hardware)."""
-    d = scn.resolved()
-    if ident is not None and ident.spec is not None:
-        import dataclasses as _dc
-        d["identification"] = _dc.replace(scn, identification=ident.spec).resolved()[
-            "identification"]
-    if ident is not None and ident.from_logs:
-        for key in ("twin", "trajectories", "sweep", "hardware", "backend"):
-            d.pop(key, None)
-        return d
-    if scn.backend == "twin":
-        ts = twin_settings(scn)
-        if ts is not None:      # else keep what the user wrote
-            d["twin"] = ts
-    return d
 
 
 def plot_limits(model, info: TrajectoryInfo) -> dict:
@@ -254,7 +227,7 @@ def write_plots(folder: Path, ident: Identification, trajs: dict | None, message
                 ) -> list[str]:
     """Trajectory plots and identification plots into folder/plots; returns the files written
     (relative to `folder`), the list the report embeds."""
-    pdir = folder / "plots"
+    pdir = folder / layout.PLOTS
     pdir.mkdir(exist_ok=True)
     names = list(ident.model.joint_names)
     jobs = [(f"trajectory_{label}", trajectory_plots.plot_trajectory,
@@ -271,56 +244,63 @@ def write_plots(folder: Path, ident: Identification, trajs: dict | None, message
             what = stem.replace("trajectory_", "trajectory plot (", 1) + ")" \
                 if stem.startswith("trajectory_") else f"plot {stem}"
             messages.append(f"{what} failed: {exc}")
-    return sorted(f"plots/{p.name}" for p in pdir.glob("*.png"))
+    return sorted(f"{layout.PLOTS}/{p.name}" for p in pdir.glob("*.png"))
 
 
 def write_run(folder: Path, scn: Scenario, ident: Identification, run: RunInfo, *,
-              trajs: dict | None, recs: dict | None) -> dict:
-    """Write every output file of a finished run; returns the metrics document."""
+              trajs: dict | None, recs: dict | None, scenario_doc: dict) -> dict:
+    """Write every document of a finished identification but metrics.json (that one is
+    rendered once, by :func:`finish_run`, when everything the run does is known): the resolved
+    scenario `scenario_doc`, trajectories, recordings, parameters, the exported model, plots.
+    Returns the model tables for the metrics document."""
     folder = Path(folder)
     out = scn.outputs
     run.messages = list(ident.warnings) + list(run.messages)
-    write_yaml(folder / "scenario.yaml", resolved_scenario(scn, ident))
+    write_yaml(folder / layout.SCENARIO, scenario_doc)
     if trajs:
         for label, (tr, _info) in trajs.items():
-            tr.save(folder / "trajectories" / f"{label}.yaml")
+            tr.save(layout.trajectory(folder, label))
     if recs and out.save_recordings:
         for label, rec in recs.items():
-            rec.save(folder / "recordings" / f"{label}.npz")
+            rec.save(layout.recording(folder, label))
     models = model_tables(ident)
-    write_yaml(folder / "parameters.yaml", parameters_document(ident))
+    write_yaml(folder / layout.PARAMETERS, parameters_document(ident))
     run.files["urdf"] = None
     ex = ident.export
     if out.urdf and ex is not None and ex.inertial is not None:
         try:
             run.files["urdf"] = export_urdf(
-                ident.model, folder / "identified.urdf", ex.inertial, viscous=ex.viscous,
+                ident.model, folder / layout.URDF, ex.inertial, viscous=ex.viscous,
                 coulomb=ex.coulomb, comment=f"identified by twinid ({scn.name}): {ex.source}",
                 name=f"{ident.model.name}_identified").name
             if ex.joint_terms is not None:
                 run.files["joint_terms"] = write_sidecar(
-                    folder / "identified_joints.yaml", ex.joint_terms,
-                    urdf="identified.urdf").name
+                    folder / layout.SIDECAR, ex.joint_terms, urdf=layout.URDF).name
         except ValueError as exc:
             ex.reason = ex.reason or str(exc)
     if out.urdf and run.files.get("urdf") is None:
         why = ex.reason if ex is not None and ex.reason else "no model was fitted"
-        run.messages.append(f"no identified.urdf written: {why}")
-        progress.message(f"no identified.urdf written: {why}")
+        run.messages.append(f"no {layout.URDF} written: {why}")
+        progress.message(f"no {layout.URDF} written: {why}")
     run.files["plots"] = []     # the report embeds exactly these (never a previous run's)
     if out.plots:
         t0 = time.perf_counter()
         run.files["plots"] = write_plots(folder, ident, trajs, run.messages)
         run.timings["plots"] = round(time.perf_counter() - t0, 4)
-    metrics = metrics_document(run, ident, models)
-    write_json(folder / "metrics.json", metrics)
-    return metrics
+    return models
 
 
-def finish_run(folder: Path, scn: Scenario, metrics: dict, timings: dict, t0: float) -> None:
-    """Final timings into metrics.json, then the report (built from the folder's files)."""
-    timings["total"] = round(time.perf_counter() - t0, 4)
-    metrics["timings_s"] = timings
-    write_json(folder / "metrics.json", metrics)
+def finish_run(folder: Path, scn: Scenario, run: RunInfo, t0: float, *,
+               ident: Identification | None = None, models: dict | None = None,
+               control: ControlOutcome | None = None, joint_names=None) -> dict:
+    """The run's last step: the total time, metrics.json rendered once from the run's results
+    (an identification `ident` with its `models` tables, and/or the `control` sections; without
+    `ident` a control-only run of the arm's `joint_names`), then the report (built from the
+    folder's files). Returns the metrics document."""
+    run.timings["total"] = round(time.perf_counter() - t0, 4)
+    metrics = (metrics_document(run, ident, models, control) if ident is not None
+               else control_run_document(run, joint_names, control))
+    write_json(folder / layout.METRICS, metrics)
     if scn.outputs.report:
         build_report(folder)
+    return metrics

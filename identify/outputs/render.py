@@ -1,7 +1,7 @@
-"""Rendering the run's typed results (:mod:`identify.app.results`) into the documents a run
+"""Rendering the run's typed results (:mod:`identify.outputs.results`) into the documents a run
 writes: ``parameters.yaml`` (:func:`parameters_document`), ``metrics.json``
 (:func:`metrics_document`) and a sweep's per-run record (:func:`sweep_record`). Each key is
-written here and nowhere else; the report (:mod:`identify.app.report`) reads the files back.
+written here and nowhere else; the report (:mod:`identify.outputs.report`) reads the files back.
 
 Documents are plain dict / list / float data (numpy converted); non-finite floats become null
 when written (identify.common.fileio)."""
@@ -11,10 +11,9 @@ import numpy as np
 
 from identify.common.jsonutil import to_jsonable
 
-from identify.validation.parameter_errors import near_zero
+from identify.validation.parameter_errors import near_zero, stage2_truth
 
-from .identification import stage2_truth
-from .results import Identification, Prior, RmsFigure, RunInfo, TrajectoryInfo
+from .results import ControlOutcome, Identification, Prior, RmsFigure, RunInfo, TrajectoryInfo
 
 #: the paper's motor-torque RMS [N*m] and relative changes [%] (Table 4 as reconstructed)
 PAPER_RMS_NM = {"excitation": {"simplified": 1.6859, "improved": 0.6815},
@@ -126,7 +125,7 @@ def stage2_document(ident: Identification) -> dict:
     t = ident.truth.truth
     if t is not None and not t.applicable["stage2"]:
         d["truth_not_applicable"] = list(t.not_applicable["stage2"])
-    t2 = stage2_truth(ident.fits, ident.truth)
+    t2 = stage2_truth(s2, ident.truth.truth)
     if t2 is not None:
         d["truth"] = t2.tolist()
         zero = near_zero(t2.T.reshape(-1), np.repeat(np.arange(t2.shape[1]), t2.shape[0])
@@ -361,14 +360,29 @@ def export_document(ident: Identification) -> dict:
 def signal_document(ident: Identification) -> dict:
     """metrics.json ``headline_model``, ``signal`` (name of the fitted torque signal),
     ``source`` (logs | backend) and ``identification_used`` (the settings with autos resolved)."""
-    from identify.scenario.spec import _to_plain
+    from identify.scenario.spec import to_plain
     return {"headline_model": ident.headline_model, "signal": ident.signal_name,
             "source": "logs" if ident.from_logs else "backend",
-            "identification_used": None if ident.spec is None else _to_plain(ident.spec)}
+            "identification_used": None if ident.spec is None else to_plain(ident.spec)}
 
 
-def metrics_document(run: RunInfo, ident: Identification, models: dict | None = None) -> dict:
-    """metrics.json of a run."""
+def control_sections(control: ControlOutcome | None) -> dict:
+    """metrics.json ``closed_loop`` / ``collision`` / ``payload`` sections of what ran."""
+    if control is None:
+        return {}
+    out = {}
+    if control.closed_loop is not None:
+        out["closed_loop"] = closed_loop_metrics(control.closed_loop)
+    if control.collision:
+        out["collision"] = collision_metrics(control.collision)
+    if control.payload is not None:
+        out["payload"] = payload_metrics(control.payload)
+    return out
+
+
+def metrics_document(run: RunInfo, ident: Identification, models: dict | None = None,
+                     control: ControlOutcome | None = None) -> dict:
+    """metrics.json of a run (with `control`: the closed loop / collision sections)."""
     m = {"name": run.name, "description": run.description, "backend": run.backend,
          "command": run.command, "created": run.created, "host": run.host,
          "joint_names": list(ident.model.joint_names),
@@ -392,6 +406,7 @@ def metrics_document(run: RunInfo, ident: Identification, models: dict | None = 
         conds = {k: i.cond for k, i in run.trajectories.items() if i.cond is not None}
         if conds:
             m["cond_W"] = conds
+    m.update(control_sections(control))
     return m
 
 
@@ -464,7 +479,7 @@ def collision_metrics(results: dict) -> dict:
                                    "peak_factor": first.thresholds.peak_factor,
                                    "margin_Nm": first.thresholds.margin_Nm,
                                    "stiction_speed_rad_s": first.stiction_speed},
-                "contact": first.contact,
+                "contact": first.contact.as_setting(),
                 "goal": {"delay_ms": 50.0, "false_alarms": 0,
                          "met": {k: bool(r.detected and r.detection_delay_ms <= 50.0
                                          and r.false_alarms == 0) for k, r in results.items()}}})
@@ -488,13 +503,32 @@ def payload_metrics(res) -> dict:
     return to_jsonable(out)
 
 
-def control_run_document(run: RunInfo, joint_names) -> dict:
-    """metrics.json head of a run without an arm identification (closed loop with a given
-    model, payload identification); the control sections are added by the caller."""
+def control_run_document(run: RunInfo, joint_names, control: ControlOutcome) -> dict:
+    """metrics.json of a run without an arm identification (closed loop with a given model,
+    payload identification)."""
     m = {"name": run.name, "description": run.description, "backend": run.backend,
          "command": run.command, "created": run.created, "host": run.host,
          "joint_names": list(joint_names), "timings_s": run.timings, "files": dict(run.files),
          "messages": list(run.messages)}
     if run.trajectories:
         m["trajectories"] = {k: trajectory_document(i) for k, i in run.trajectories.items()}
+    m.update(control_sections(control))
     return m
+
+
+def console_summary(metrics: dict, folder) -> str:
+    """The console's closing lines of a run, from its metrics document."""
+    lines = [f"run folder: {folder}"]
+    signal = metrics.get("signal")
+    export = metrics.get("export", {})
+    for label, r in metrics.get("rms", {}).items():
+        parts = [f"{k} {v['overall']:.4f}" for k, v in r.items() if k in ("simplified", "improved")]
+        imp = metrics.get("improvement_percent", {}).get(label)
+        line = (f"  {label}: RMS [N*m]" + (f" of {signal}" if signal else "") + " "
+                + ", ".join(parts) + ("" if imp is None else f"  ({imp:+.2f} %)"))
+        ex = export.get("rms", {}).get(label)
+        if ex is not None:      # the exported model predicts its own fitted signal
+            line += (f"; exported model {ex['overall']:.4f}"
+                     + (f" of {export['signal']}" if export.get("signal") else ""))
+        lines.append(line)
+    return "\n".join(lines)

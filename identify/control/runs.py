@@ -1,9 +1,9 @@
 """The control stages of a scenario, as functions over plain inputs (no files): the closed-loop
 cases and the collision runs (:func:`run_loop`), the payload run (:func:`run_payload`), and the
-models they use (:func:`loop_models`). :mod:`identify.app.pipeline` calls them and writes the run
-folder; :mod:`identify.app.render` renders the results.
+models they use (:func:`loop_models`). :mod:`identify.app.control_run` calls them and writes the
+run folder; :mod:`identify.outputs.render` renders the results.
 
-Runs of one stage share the backend settings; the twin's runs differ only in what is stated:
+Runs of one section share the backend settings; the twin's runs differ only in what is stated:
 the three tracking cases use the scenario's noise seed (same noise), the collision runs fresh
 seeds (seed + 1: collision-free test run, seed + 2: the contact run) so the thresholds are judged
 on noise they were not set on."""
@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from identify.backend.arm import BackendArm
+from identify.backend.contact import Contact
 from identify.estimation.processing import ProcessingSettings, process
 from identify.scenario.spec import ClosedLoopSpec, PayloadSpec
 
 from .closed_loop import ClosedLoopResult, run_case, tracking_case
-from .collision import evaluate
+from .detection import evaluate
 from .feedforward import feedforward, pid_only
-from .joint_model import JointModel, cad_model, from_parameters, from_run_folder
+from .joint_model import JointModel, cad_model, from_export, from_parameters
 from .payload_run import PayloadResult, identify_payload, wrist_excitation
 
 __all__ = ["LoopResults", "loop_models", "run_loop", "known_arm", "run_payload"]
@@ -37,7 +39,7 @@ class LoopResults:
 
 
 def true_joint_model(robot, truth) -> JointModel | None:
-    """The twin's true model from an identify.app.results.Truth (inertial incl. payload, link
+    """The twin's true model from an identify.outputs.results.Truth (inertial incl. payload, link
     friction, stage-2 drive truth), or None."""
     if truth is None:
         return None
@@ -60,11 +62,11 @@ def loop_models(robot, *, identified: JointModel, truth=None, cad_inertial=None,
     return models
 
 
-def run_loop(spec: ClosedLoopSpec, backend: str, arm: dict, settings: dict, trajectory,
+def run_loop(spec: ClosedLoopSpec, backend_name: str, arm: BackendArm, settings: dict, trajectory,
              models: dict, joint_names, *, progress: bool = False) -> LoopResults:
     """The tracking cases (pid_only, identified_ff, true_ff when the true model is known) and,
     on the twin, the collision runs with the identified (and CAD) model."""
-    twin = backend == "twin"
+    twin = backend_name == "twin"
     s = dict(settings)
     if twin:
         s["sample_rate_hz"] = spec.sample_rate_hz
@@ -72,7 +74,7 @@ def run_loop(spec: ClosedLoopSpec, backend: str, arm: dict, settings: dict, traj
     if not twin and s.get("dry_run"):
         # the backend checks the plan and the identified feed-forward (range, limits) and moves
         # nothing: no tracking figures
-        rec = run_case(backend, arm, s, trajectory, feedforward(models["identified"]),
+        rec = run_case(backend_name, arm, s, trajectory, feedforward(models["identified"]),
                        progress=progress)
         return LoopResults(None, notes=["closed_loop: hardware dry run -- the plan and the "
                                         "identified model's feed-forward were checked, nothing "
@@ -85,7 +87,7 @@ def run_loop(spec: ClosedLoopSpec, backend: str, arm: dict, settings: dict, traj
         ffs["true_ff"] = (feedforward(models["true"]), models["true"].source)
     cases, recs, notes = {}, {}, []
     for name, (ff, src) in ffs.items():
-        rec = run_case(backend, arm, s, trajectory, ff, progress=progress)
+        rec = run_case(backend_name, arm, s, trajectory, ff, progress=progress)
         recs[f"closed_loop_{name}"] = rec
         cases[name] = tracking_case(name, rec, ff, trajectory, src, lead_s=lead)
     if "true_ff" not in cases:
@@ -100,16 +102,16 @@ def run_loop(spec: ClosedLoopSpec, backend: str, arm: dict, settings: dict, traj
         res.notes.append("collision: needs the twin's contact events; on hardware calibrate the "
                          "thresholds on a collision-free run and test with a real contact")
         return res
-    contact = {"link": col.contact.link, "time_s": col.contact.time_s,
-               "duration_s": col.contact.duration_s, "force_N": list(col.contact.force_N)}
-    if col.contact.point_m is not None:
-        contact["point_m"] = list(col.contact.point_m)
-    if not 0 <= contact["time_s"] < float(trajectory.duration):
-        raise ValueError(f"closed_loop.collision.contact.time_s = {contact['time_s']} s is not "
+    c = col.contact
+    contact = Contact(link=c.link, time_s=float(c.time_s), duration_s=float(c.duration_s),
+                      force_N=tuple(c.force_N),
+                      point_m=None if c.point_m is None else tuple(c.point_m))
+    if not 0 <= contact.time_s < float(trajectory.duration):
+        raise ValueError(f"closed_loop.collision.contact.time_s = {contact.time_s} s is not "
                          f"within the trajectory (0 .. {float(trajectory.duration)} s)")
     ff = ffs["identified_ff"][0]
-    free = run_case(backend, arm, {**s, "seed": seed + 1}, trajectory, ff, progress=progress)
-    hit = run_case(backend, arm, {**s, "seed": seed + 2, "contacts": [contact]}, trajectory, ff,
+    free = run_case(backend_name, arm, {**s, "seed": seed + 1}, trajectory, ff, progress=progress)
+    hit = run_case(backend_name, arm, {**s, "seed": seed + 2, "contacts": [contact.as_setting()]}, trajectory, ff,
                    progress=progress)
     res.recordings.update({"collision_free": free, "collision_contact": hit})
     calib = recs["closed_loop_identified_ff"]
@@ -123,10 +125,12 @@ def run_loop(spec: ClosedLoopSpec, backend: str, arm: dict, settings: dict, traj
     return res
 
 
-def known_arm(spec: PayloadSpec, robot, truth=None) -> JointModel:
-    """The arm without the payload: a run folder's exported model, a URDF (its inertials and
-    <dynamics>), or (arm_model null, twin) the twin's own arm -- `truth` (identify.app.results.Truth)
-    minus the payload: the URDF's inertials with the drive file's friction."""
+def known_arm(spec: PayloadSpec, robot, truth=None, exported=None) -> JointModel:
+    """The arm without the payload: a run folder's exported model (`exported`: its
+    identify.outputs.layout.ExportedModel, when ``arm_model`` is a run folder), a URDF (its
+    inertials and <dynamics>), or (arm_model null, twin) the twin's own arm -- `truth`
+    (identify.outputs.results.Truth) minus the payload: the URDF's inertials with the drive file's
+    friction."""
     p = spec.arm_model
     if p is None:
         if truth is None:
@@ -136,7 +140,9 @@ def known_arm(spec: PayloadSpec, robot, truth=None) -> JointModel:
                                stage2=truth.stage2, source="the twin's arm (URDF, drive file), "
                                "without the payload")
     if p.is_dir():
-        return from_run_folder(p, robot)
+        if exported is None:
+            raise ValueError(f"payload.arm_model: {p} holds no exported model")
+        return from_export(robot, exported.urdf, exported.sidecar, exported.parameters)
     from identify.model.robot_model import RobotModel
     from identify.model.urdf import load_chain
     names = list(robot.joint_names)
@@ -163,10 +169,11 @@ def fit_payload(spec: PayloadSpec, arm: JointModel, rec, processing: dict, truth
                             trajectory_cond=trajectory_cond, min_speed=spec.min_speed_rad_s)
 
 
-def run_payload(spec: PayloadSpec, backend: str, arm_dict: dict, settings: dict, arm: JointModel,
-                processing: dict, truth: dict | None, *, progress: bool = False):
+def run_payload(spec: PayloadSpec, backend_name: str, backend_arm: BackendArm, settings: dict,
+                arm: JointModel, processing: dict, truth: dict | None, *, progress: bool = False):
     """(PayloadResult, trajectory, recording): optimize the wrist excitation, run it with the
-    payload on, fit."""
+    payload on (`backend_arm`: the arm the backend runs, payload included), fit with the known
+    arm's model `arm`."""
     tr, cond = payload_trajectory(spec, arm.robot)
-    rec = run_case(backend, arm_dict, settings, tr, None, progress=progress)
+    rec = run_case(backend_name, backend_arm, settings, tr, None, progress=progress)
     return fit_payload(spec, arm, rec, processing, truth, cond), tr, rec
