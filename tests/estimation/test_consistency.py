@@ -147,10 +147,10 @@ def test_bad_input_errors(problem):
     m, bp, W = problem["m"], problem["bp"], problem["W"]
     with pytest.raises(ValueError, match="expected"):
         ConsistentFit(m, bp, TERMS).fit(W[..., :-1], problem["tau"])
-    with pytest.raises(ValueError, match="terms"):
-        ConsistentFit(m, bp, ("viscous",))
+    with pytest.raises(ValueError, match="terms"):               # settings: checked by fit
+        ConsistentFit(m, bp, ("viscous",)).fit(W, problem["tau"])
     with pytest.raises(ValueError, match="prior has shape"):
-        ConsistentFit(m, bp, TERMS, prior=np.zeros(3))
+        ConsistentFit(m, bp, TERMS, prior=np.zeros(3)).fit(W, problem["tau"])
     W2 = W.copy()
     W2[3, 0, 0] = np.nan                                    # m1 column: not a base column
     with pytest.raises(ValueError, match=r"sample 3, joint 0, parameter column 0 \(m1\)"):
