@@ -135,8 +135,8 @@ class ConsistentFit(EstimatorMixin):
     Fitted attributes:
         params_ (p_full,), base_params_ (n_base,) = base.E @ params_, wls_base_params_ and
         wls_base_cov_ (the unconstrained weighted fit of the base parameters for comparison,
-        covariance as :class:`~identify.estimation.estimators.WLS` with serial="auto"), tau_int_ (n,),
-        sigma2_ (n,), residual_rms_ (n,), chi2_ and wls_chi2_ (weighted residual sums of squares
+        covariance as :class:`~identify.estimation.estimators.WLS` with serial="auto"),
+        tau_int_ (n,), sigma2_ (n,), residual_rms_ (n,), chi2_ and wls_chi2_ (weighted residual sums of squares
         of the consistent and the unconstrained fit), min_eig_ (n,) pseudo-inertia eigenvalues,
         weights_ (n,), ridge_lambda_ (None unless estimator="ridge"), status_ (solver status),
         names_, n_joints_.

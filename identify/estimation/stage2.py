@@ -10,6 +10,11 @@ import scipy.linalg as sla
 from .estimators import integrated_autocorr_time
 from .design import coulomb_column
 
+__all__ = ["FRICTION_VARIANTS", "PHI_NAMES", "PHI_UNITS", "Stage2Joint", "Stage2Result",
+           "multipliers", "xi_names", "phi_columns", "direction", "serial_cov", "reducer_gain",
+           "errors_in_variables_bias", "linear_start", "fit_stage2_joint", "paper_a",
+           "XI_REL_STD_MAX", "XI_SNR_MIN", "XI_PLAUSIBLE_MAX", "NOISE_FRACTION_MAX"]
+
 
 # physical meaning of the stage-2 coefficients c_k (docs/joint_models.md)
 FRICTION_VARIANTS = ("linear", "opposing", "both")
@@ -347,7 +352,8 @@ def _noise_columns(u: np.ndarray, udd, lead: np.ndarray, m: int) -> np.ndarray:
     return Jn
 
 
-def errors_in_variables_bias(J: np.ndarray, Jn: np.ndarray, eps_of) -> tuple[np.ndarray, np.ndarray]:
+def errors_in_variables_bias(J: np.ndarray, Jn: np.ndarray, eps_of
+                             ) -> tuple[np.ndarray, np.ndarray]:
     """Errors-in-variables bias of a stage-2 least-squares fit.
 
     The measured tau_r enters the regressor (and its second derivative the compliance column),
@@ -453,27 +459,7 @@ def fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="aut
         return th[-1] * udd if udd is not None and not z[-1] else 0.0
 
     if not xi_identified:
-        sol_c, *_ = np.linalg.lstsq(Phi, tau_m - tau_r, rcond=None)
-        r = tau_r + Phi @ sol_c - tau_m
-        Psi_c = _influence(Phi, r, where, names[k:])
-        cov_c, tau_c = serial_cov(Psi_c, serial)
-        bias = np.zeros(k + m)
-        dom = np.zeros(k + m, bool)
-        if u is not None:
-            Jn = _noise_columns(u, udd, np.zeros((Phi.shape[0], 0)), m)
-            bias[k:], dom[k:] = errors_in_variables_bias(Phi, Jn, lambda z: u + c5(sol_c, z))
-        # c absorbs xi tau'_r = (b - 1) tau_r with b = 1/(1 - xi) unknown: add the largest
-        # plausible absorption (xi = XI_PLAUSIBLE_MAX) in quadrature
-        absorb, *_ = np.linalg.lstsq(Phi, tau_r * (1.0 / (1.0 - XI_PLAUSIBLE_MAX) - 1.0),
-                                     rcond=None)
-        cov = np.full((k + m,) * 2, np.nan)
-        cov[k:, k:] = cov_c + np.outer(bias[k:], bias[k:]) + np.outer(absorb, absorb)
-        cov[dom, :] = np.nan
-        cov[:, dom] = np.nan
-        Psi = np.concatenate([np.zeros((Phi.shape[0], k)), Psi_c], axis=1)
-        return (np.concatenate([np.zeros(k), sol_c]), cov, float(np.sqrt(np.mean(r ** 2))),
-                False, Psi, np.concatenate([np.full(k, np.nan), tau_c]),
-                np.stack([bias, np.concatenate([np.zeros(k), absorb])]), dom)
+        return _fit_without_xi(tau_m, tau_r, Phi, k, names, where, serial, u, udd)
 
     def resid(th):
         return tau_r * reducer_gain(M, th[:k], m_sharp)[0] + Phi @ th[k:] - tau_m
@@ -505,6 +491,35 @@ def fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="aut
         cov[dom, :] = np.nan
         cov[:, dom] = np.nan
     return theta, cov, float(np.sqrt(np.mean(r ** 2))), True, Psi, tau, bias[None], dom
+
+
+def _fit_without_xi(tau_m, tau_r, Phi, k, names, where, serial, u, udd):
+    """:func:`fit_stage2_joint` of a joint whose xi is not identifiable: xi fixed at 0 (variance
+    NaN), tau_m - tau_r = Phi c by least squares, and the absorption of the largest plausible
+    xi (XI_PLAUSIBLE_MAX) by c added to c's covariance like a bias. Same returns."""
+    m = Phi.shape[1]
+    sol_c, *_ = np.linalg.lstsq(Phi, tau_m - tau_r, rcond=None)
+    r = tau_r + Phi @ sol_c - tau_m
+    Psi_c = _influence(Phi, r, where, names[k:])
+    cov_c, tau_c = serial_cov(Psi_c, serial)
+    bias = np.zeros(k + m)
+    dom = np.zeros(k + m, bool)
+    if u is not None:
+        Jn = _noise_columns(u, udd, np.zeros((Phi.shape[0], 0)), m)
+        bias[k:], dom[k:] = errors_in_variables_bias(
+            Phi, Jn, lambda z: u + (sol_c[-1] * udd if udd is not None and not z[-1] else 0.0))
+    # c absorbs xi tau'_r = (b - 1) tau_r with b = 1/(1 - xi) unknown: add the largest
+    # plausible absorption (xi = XI_PLAUSIBLE_MAX) in quadrature
+    absorb, *_ = np.linalg.lstsq(Phi, tau_r * (1.0 / (1.0 - XI_PLAUSIBLE_MAX) - 1.0),
+                                 rcond=None)
+    cov = np.full((k + m,) * 2, np.nan)
+    cov[k:, k:] = cov_c + np.outer(bias[k:], bias[k:]) + np.outer(absorb, absorb)
+    cov[dom, :] = np.nan
+    cov[:, dom] = np.nan
+    Psi = np.concatenate([np.zeros((Phi.shape[0], k)), Psi_c], axis=1)
+    return (np.concatenate([np.zeros(k), sol_c]), cov, float(np.sqrt(np.mean(r ** 2))),
+            False, Psi, np.concatenate([np.full(k, np.nan), tau_c]),
+            np.stack([bias, np.concatenate([np.zeros(k), absorb])]), dom)
 
 
 def paper_a(theta: np.ndarray, Psi: np.ndarray, xi_identified: bool, serial="auto",
