@@ -122,7 +122,7 @@ class EstimatorMixin:
         return f"{type(self).__name__}({', '.join(shown)})"
 
 
-def clone(estimator, **params):
+def clone(estimator, /, **params):
     """A new, unfitted estimator with the same settings (nested estimators cloned too), some of
     them replaced by `params`. Other settings (models, arrays) are shared, not copied."""
     settings = {k: (clone(v) if isinstance(v, EstimatorMixin) else v)
