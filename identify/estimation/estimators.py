@@ -428,9 +428,7 @@ class WLS(LinearFit):
 
     @single_thread_blas()
     def fit(self, W, y, *, mask=None, names=None, joint_names=None) -> "WLS":
-        """W (N, n, p) regressor, y (N, n) torques [N*m] (or W (M, p), y (M,)); `mask` (N, n)
-        bool: samples fitted (None: all), :func:`apply_mask`; `names`: p column names,
-        `joint_names`: n joint names (messages, ``names_``). Returns self."""
+        """The arguments of :meth:`OLS.fit`. Returns self."""
         serial = check_serial(self.serial)
         W, y, counts = apply_mask(W, y, mask)
         A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond, counts)
@@ -524,9 +522,7 @@ class Ridge(LinearFit):
 
     @single_thread_blas()
     def fit(self, W, y, *, mask=None, names=None, joint_names=None) -> "Ridge":
-        """W (N, n, p) regressor, y (N, n) torques [N*m] (or W (M, p), y (M,)); `mask` (N, n)
-        bool: samples fitted (None: all), :func:`apply_mask`; `names`: p column names,
-        `joint_names`: n joint names (messages, ``names_``). Returns self."""
+        """The arguments of :meth:`OLS.fit`. Returns self."""
         serial = check_serial(self.serial)
         W, y, counts = apply_mask(W, y, mask)
         A, b, N, n, names = stack_system(W, y, names, joint_names)

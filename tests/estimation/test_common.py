@@ -238,3 +238,21 @@ def test_recovers_known_parameters(case):
     assert np.median(tol[nz] / np.abs(c.truth[nz])) < 0.01  # a bound that can fail
     assert np.all(err <= tol), (np.max(err / tol), int(np.argmax(err / tol)))
     assert c.extra is None or c.extra(fitted)
+
+
+def test_nested_estimator_settings_and_no_fit_in_place(arm):
+    """A joint model's stage-1 estimator given as an instance: its settings reachable as
+    estimator__<setting>, and the instance itself is cloned by fit, never fitted in place."""
+    c = _simplified_case(arm)
+    inner = WLS()
+    sm = SimplifiedModel(*(c.make().get_params()[k] for k in ("model", "base")),
+                         estimator=inner, coulomb_eps=EPS)
+    assert sm.get_params()["estimator__serial"] == "auto"
+    sm.set_params(estimator__serial=None)
+    assert inner.serial is None and "estimator=WLS(serial=None)" in repr(sm)
+    sm.fit(*c.fit_args)
+    assert "params_" not in vars(inner) and sm.estimator_ is not inner
+    assert sm.estimator_.serial is None
+    np.testing.assert_allclose(sm.params_, c.truth, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="not an estimator"):
+        c.make().set_params(estimator__serial=None)          # estimator="wls": a name
