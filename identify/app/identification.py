@@ -127,7 +127,7 @@ def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None
                 raise ValueError("the simplified model needs the motor torque (tau_m or currents) "
                                  "in the excitation recording")
             sm = SimplifiedModel(model, base, ident.estimator, terms=terms,
-                                 coulomb_eps=eps).fit(d_exc, W["excitation"])
+                                 coulomb_eps=eps).fit(d_exc, W=W["excitation"])
         if ident.joint_model in ("improved", "both"):
             if d_exc.tau_j is None or d_exc.tau_m is None:
                 raise ValueError("the improved model needs joint torques (tau_j) and motor torques "
@@ -135,12 +135,12 @@ def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None
             ft = ident.improved_friction_term
             im = ImprovedModel(model, base, ident.estimator,
                                friction_term="linear" if ft == "auto" else ft,
-                               terms=terms, coulomb_eps=eps).fit(d_exc, W["excitation"])
+                               terms=terms, coulomb_eps=eps).fit(d_exc, W=W["excitation"])
             if ft == "auto":
                 best = im.compare_friction_terms_["better"] or "linear"
                 if best != "linear":
                     im = ImprovedModel(model, base, ident.estimator, friction_term=best,
-                                       terms=terms, coulomb_eps=eps).fit(d_exc, W["excitation"])
+                                       terms=terms, coulomb_eps=eps).fit(d_exc, W=W["excitation"])
     return Fits(simplified=sm, improved=im, designs=W,
                 improved_requested=ident.improved_friction_term if im is not None else None)
 

@@ -134,7 +134,8 @@ def identify_payload(arm: JointModel, d, *, signal: str = "tau_j", truth: dict |
     # a joint slower than min_speed [rad/s] may stick: its friction holds any torque up to the
     # Coulomb level, so those equations are left out (held joints: all of theirs)
     mask = np.abs(qd) >= min_speed
-    fit = PayloadFit(consistent=consistent).fit(payload_regressor(arm.robot, q, qd, qdd), y, mask)
+    fit = PayloadFit(consistent=consistent).fit(payload_regressor(arm.robot, q, qd, qdd), y,
+                                                mask=mask)
     ident = fit.physical_
     err_m = err_c = None
     tdoc = None

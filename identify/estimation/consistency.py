@@ -51,13 +51,18 @@ satisfy the constraints exactly.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.linalg as sla
 
-from .estimators import (_dof_per_joint, _one_blas_thread, check_identifiable,
-                         integrated_autocorr_time, lcurve_corner, stack_system)
+from identify.common.blas import single_thread_blas
+from identify.common.estimator import EstimatorMixin, check_is_fitted
 from identify.model.friction import check_terms, column_names
 from identify.model.spatial import pseudo_inertia
+
+from .estimators import (apply_mask, check_identifiable, dof_per_joint,
+                         integrated_autocorr_time, lcurve_corner, stack_system)
 
 NONNEGATIVE_TERMS = ("viscous", "coulomb", "armature")
 _FLOOR = np.array([1e-2, 1e-3, 1e-3, 1e-3, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4])
@@ -99,10 +104,23 @@ def is_physically_consistent(params: np.ndarray, n: int, terms=(), tol: float = 
     return bool(np.all(r["min_eig"] >= -tol) and all(v >= -tol for v in r["term_min"].values()))
 
 
-class ConsistentFit:
+@dataclass(frozen=True)
+class _Setup:
+    """ConsistentFit's settings checked against each other and the model (made by ``fit``)."""
+    n: int                          # joints (links)
+    p_full: int                     # 10 n inertial + len(terms) n joint-term columns
+    terms: tuple
+    E: np.ndarray                   # (n_base, p_full) full -> base parameters
+    prior: np.ndarray | None        # (p_full,)
+    prior_weight: float | None
+    chi2_slack: float
+    names: list                     # p_full column names
+
+
+class ConsistentFit(EstimatorMixin):
     """Physically consistent weighted least squares (see module docstring).
 
-    Args:
+    Args (stored as given, checked by :meth:`fit`):
         model: the RobotModel (uses model.n and model.parameter_names()).
         base: BaseParameters of the same model and terms (E maps full -> base).
         terms: extra joint-term columns after the 10n inertial ones (must equal base.terms).
@@ -110,105 +128,109 @@ class ConsistentFit:
             None.
         prior_weight: None (default) -> "closest to the prior among equally good fits" (two
             stages, see module doc); a number w -> penalized fit chi^2 + w * D(p).
-        chi2_slack: effective-chi^2 slack of stage 2 (default 1.0).
         sigma: known per-joint noise std (n,) for the weighting; None -> two-step estimate.
         solver: cvxpy solver name (default "CLARABEL").
+        chi2_slack: effective-chi^2 slack of stage 2 (default 1.0).
+        estimator: "wls" (default), "ols" or "ridge" (module doc).
     Fitted attributes:
         params_ (p_full,), base_params_ (n_base,) = base.E @ params_, wls_base_params_ and
         wls_base_cov_ (the unconstrained weighted fit of the base parameters for comparison,
-        covariance as :class:`~identify.estimation.estimators.WLS` with serial="auto"), tau_int_ (n,),
-        sigma2_ (n,), residual_rms_ (n,), chi2_ and wls_chi2_ (weighted residual sums of squares
+        covariance as :class:`~identify.estimation.estimators.WLS` with serial="auto"),
+        tau_int_ (n,), sigma2_ (n,), residual_rms_ (n,), chi2_ and wls_chi2_ (weighted residual sums of squares
         of the consistent and the unconstrained fit), min_eig_ (n,) pseudo-inertia eigenvalues,
-        status_ (solver status), names_.
+        weights_ (n,), ridge_lambda_ (None unless estimator="ridge"), status_ (solver status),
+        names_, n_joints_.
     """
 
     def __init__(self, model, base, terms=("viscous", "coulomb"), prior=None,
                  prior_weight: float | None = None, sigma=None, solver: str = "CLARABEL",
                  chi2_slack: float = 1.0, estimator: str = "wls"):
-        if estimator not in ("ols", "wls", "ridge"):
-            raise ValueError(f"ConsistentFit estimator must be ols, wls or ridge, got {estimator!r}")
-        self.estimator = estimator
         self.model = model
         self.base = base
-        self.terms = check_terms(terms)
-        if tuple(getattr(base, "terms", self.terms)) != self.terms:
-            raise ValueError(f"ConsistentFit terms {list(self.terms)} differ from the base "
-                             f"parameters' terms {list(base.terms)}")
-        n = int(model.n)
-        self.n = n
-        self.p_full = 10 * n + len(self.terms) * n
-        E = np.asarray(base.E, dtype=float)
-        if E.shape[1] != self.p_full:
-            raise ValueError(f"base.E has {E.shape[1]} columns, expected {self.p_full} "
-                             f"(10*{n} inertial + {len(self.terms)}*{n} for terms {list(self.terms)})")
-        if prior is not None:
-            prior = np.asarray(prior, dtype=float)
-            if prior.shape != (self.p_full,):
-                raise ValueError(f"prior has shape {prior.shape}, expected ({self.p_full},)")
-            if not np.all(np.isfinite(prior)):
-                k = int(np.argmax(~np.isfinite(prior)))
-                raise ValueError(f"prior has a non-finite value at index {k} "
-                                 f"({self._names()[k]})")
+        self.terms = terms
         self.prior = prior
-        if prior_weight is not None:
-            if not prior_weight >= 0:
-                raise ValueError(f"prior_weight must be >= 0, got {prior_weight!r}")
-            prior_weight = float(prior_weight)
         self.prior_weight = prior_weight
-        if not chi2_slack > 0:
-            raise ValueError(f"chi2_slack must be > 0, got {chi2_slack!r}")
-        self.chi2_slack = float(chi2_slack)
         self.sigma = sigma
         self.solver = solver
+        self.chi2_slack = chi2_slack
+        self.estimator = estimator
 
-    def _names(self) -> list[str]:
-        try:
-            inertial = list(self.model.parameter_names())
-        except AttributeError:
-            inertial = [f"p{k + 1}" for k in range(10 * self.n)]
-        return inertial + column_names(self.n, self.terms)
+    def _setup(self, names=None) -> _Setup:
+        """The settings checked (ValueError naming the setting); `names`: p_full column names
+        to use instead of the model's."""
+        if self.estimator not in ("ols", "wls", "ridge"):
+            raise ValueError(f"ConsistentFit estimator must be ols, wls or ridge, got "
+                             f"{self.estimator!r}")
+        terms = check_terms(self.terms)
+        if tuple(getattr(self.base, "terms", terms)) != terms:
+            raise ValueError(f"ConsistentFit terms {list(terms)} differ from the base "
+                             f"parameters' terms {list(self.base.terms)}")
+        n = int(self.model.n)
+        p_full = 10 * n + len(terms) * n
+        E = np.asarray(self.base.E, dtype=float)
+        if E.shape[1] != p_full:
+            raise ValueError(f"base.E has {E.shape[1]} columns, expected {p_full} "
+                             f"(10*{n} inertial + {len(terms)}*{n} for terms {list(terms)})")
+        if names is None:
+            try:
+                inertial = list(self.model.parameter_names())
+            except AttributeError:
+                inertial = [f"p{k + 1}" for k in range(10 * n)]
+            names = inertial + column_names(n, terms)
+        names = [str(x) for x in names]
+        if len(names) != p_full:
+            raise ValueError(f"{len(names)} parameter names given for {p_full} columns")
+        prior = self.prior
+        if prior is not None:
+            prior = np.asarray(prior, dtype=float)
+            if prior.shape != (p_full,):
+                raise ValueError(f"prior has shape {prior.shape}, expected ({p_full},)")
+            if not np.all(np.isfinite(prior)):
+                k = int(np.argmax(~np.isfinite(prior)))
+                raise ValueError(f"prior has a non-finite value at index {k} ({names[k]})")
+        w = self.prior_weight
+        if w is not None:
+            if not w >= 0:
+                raise ValueError(f"prior_weight must be >= 0, got {w!r}")
+            w = float(w)
+        if not self.chi2_slack > 0:
+            raise ValueError(f"chi2_slack must be > 0, got {self.chi2_slack!r}")
+        return _Setup(n, p_full, terms, E, prior, w, float(self.chi2_slack), names)
 
     # -- fitting ------------------------------------------------------------------------------
-    @_one_blas_thread
-    def fit(self, W_full, y, joint_names=None) -> "ConsistentFit":
-        """W_full (N, n, p_full) full regressor (10n inertial columns, then the joint terms);
-        y (N, n) torques [N*m]."""
-        names = self._names()
-        W_full = np.asarray(W_full, dtype=float)
-        if W_full.ndim != 3 or W_full.shape[1:] != (self.n, self.p_full):
-            raise ValueError(f"W_full has shape {W_full.shape}, expected (N, {self.n}, "
-                             f"{self.p_full}) for {self.n} joints and terms {list(self.terms)}")
-        _check_full_finite(W_full, names)
+    @single_thread_blas()
+    def fit(self, W, y, *, mask=None, names=None, joint_names=None) -> "ConsistentFit":
+        """W (N, n, p_full) full regressor (10n inertial columns, then the joint terms);
+        y (N, n) torques [N*m]; `mask` (N, n) bool: samples fitted (None: all,
+        :func:`~identify.estimation.estimators.apply_mask`); `names`: p_full column names
+        (default: the model's); `joint_names` (messages). Returns self."""
+        st = self._setup(names)
+        W = np.asarray(W, dtype=float)
+        if W.ndim != 3 or W.shape[1:] != (st.n, st.p_full):
+            raise ValueError(f"W_full has shape {W.shape}, expected (N, {st.n}, "
+                             f"{st.p_full}) for {st.n} joints and terms {list(st.terms)}")
+        _check_full_finite(W, st.names)
         y = np.asarray(y, dtype=float)
-        if y.shape != W_full.shape[:2]:
-            raise ValueError(f"y has shape {y.shape}, expected {W_full.shape[:2]} to match W_full "
-                             f"{W_full.shape} (N samples, n joints, p parameters)")
-        stack_system(W_full[:1], y[:1], None, joint_names)          # joint-name checks
-        return self._fit(lambda: iter([(W_full, y)]))
+        if y.shape != W.shape[:2]:
+            raise ValueError(f"y has shape {y.shape}, expected {W.shape[:2]} to match W_full "
+                             f"{W.shape} (N samples, n joints, p parameters)")
+        stack_system(W[:1], y[:1], None, joint_names)          # joint-name checks
+        W, y, counts = apply_mask(W, y, mask)
+        return self._fit(st, lambda: iter([(W, y)]), counts)
 
-    @_one_blas_thread
-    def fit_blocks(self, blocks) -> "ConsistentFit":
+    @single_thread_blas()
+    def fit_blocks(self, blocks, *, names=None) -> "ConsistentFit":
         """The same fit from row blocks: `blocks()` -> iterator of (W_full (B, n, p_full),
         y (B, n)) in time order (called twice; long logs, identify.estimation.streaming)."""
-        return self._fit(blocks)
+        return self._fit(self._setup(names), blocks)
 
-    def _fit(self, blocks) -> "ConsistentFit":
-        from .streaming import JointFactors
-        names = self._names()
-        idx = np.asarray(self.base.independent)
-        base_names = list(getattr(self.base, "names", [f"b{k + 1}" for k in range(len(idx))]))
-        n, nb = self.n, len(idx)
-        fac = JointFactors(n, nb)
-        for Wf, yb in blocks():
-            Wf = np.asarray(Wf, dtype=float)
-            if Wf.shape[1:] != (n, self.p_full):
-                raise ValueError(f"W_full block has shape {Wf.shape}, expected (B, {n}, "
-                                 f"{self.p_full})")
-            _check_full_finite(Wf, names)
-            fac.add(Wf[..., idx], yb)
+    def _weights(self, st: _Setup, fac, base_names, dof, counts) -> np.ndarray:
+        """Per-joint weights 1/sigma_j (n,) of the fit: two-step (sigma from an unconstrained
+        fit of the base columns) unless `sigma` is given, floored; one pooled weight for
+        estimator="ols"."""
+        n, nb = st.n, fac.p
         N = fac.N
-        M = N * n
-        dof = _dof_per_joint(N, n, nb)
+        M = N * n if counts is None else int(np.sum(counts))
         if self.sigma is None:
             R1, z1, _ = fac.combined(np.ones(n))
             check_identifiable(R1 if M >= nb else np.zeros((M, nb)), base_names, R=R1)
@@ -225,7 +247,25 @@ class ConsistentFit:
         sig = np.maximum(sig, floor)
         if self.estimator == "ols":            # one weight for all joints: ordinary LS
             sig = np.full(n, float(np.sqrt(np.mean(sig ** 2))))
-        w = 1.0 / sig
+        return 1.0 / sig
+
+    def _fit(self, st: _Setup, blocks, counts=None) -> "ConsistentFit":
+        from .streaming import JointFactors
+        idx = np.asarray(self.base.independent)
+        base_names = list(getattr(self.base, "names", [f"b{k + 1}" for k in range(len(idx))]))
+        n, nb = st.n, len(idx)
+        fac = JointFactors(n, nb)
+        for Wf, yb in blocks():
+            Wf = np.asarray(Wf, dtype=float)
+            if Wf.shape[1:] != (n, st.p_full):
+                raise ValueError(f"W_full block has shape {Wf.shape}, expected (B, {n}, "
+                                 f"{st.p_full})")
+            _check_full_finite(Wf, st.names)
+            fac.add(Wf[..., idx], yb)
+        N = fac.N
+        M = N * n if counts is None else int(np.sum(counts))
+        dof = dof_per_joint(N if counts is None else counts, n, nb)
+        w = self._weights(st, fac, base_names, dof, counts)
         R, z, r2 = fac.combined(w)
         beta_u = sla.solve_triangular(R, z, check_finite=False)
         ewj = np.empty((N, n))                 # weighted residuals of the unconstrained fit
@@ -235,7 +275,8 @@ class ConsistentFit:
             ewj[k:k + B] = (np.asarray(yb, float) - Wf[..., idx] @ beta_u) * w
             k += B
         tau = integrated_autocorr_time(ewj)          # as WLS(serial="auto")
-        G = sum((tau[j] * np.sum(ewj[:, j] ** 2) / dof) * w[j] ** 2 * fac.gram(j)
+        dof_j = np.broadcast_to(dof, (n,))
+        G = sum((tau[j] * np.sum(ewj[:, j] ** 2) / dof_j[j]) * w[j] ** 2 * fac.gram(j)
                 for j in range(n))
         Rinv = sla.solve_triangular(R, np.eye(nb), check_finite=False)
         self.wls_base_params_ = beta_u
@@ -255,39 +296,41 @@ class ConsistentFit:
             lam = lcurve_corner(s_[keep], (U.T @ z)[keep], r2)[0]
             self.ridge_lambda_ = float(lam)
             ridge = (lam, D)
-        theta, status = self._solve(R @ np.asarray(self.base.E, dtype=float), z, M,
-                                    float(np.mean(tau)), ridge=ridge)
-        theta = self._project(theta)
+        theta, status = self._solve(st, R @ st.E, z, M, float(np.mean(tau)), ridge=ridge)
+        theta = self._project(st, theta)
         self.params_ = theta
-        self.base_params_ = np.asarray(self.base.E) @ theta
+        self.base_params_ = st.E @ theta
         rss = fac.rss(self.base_params_)
         self.chi2_ = float(np.sum(rss * w ** 2))
         self.sigma2_ = rss / dof
-        self.residual_rms_ = np.sqrt(rss / N)
-        self.min_eig_ = consistency_report(theta, self.n, self.terms)["min_eig"]
+        self.residual_rms_ = np.sqrt(rss / (N if counts is None else np.maximum(counts, 1)))
+        self.min_eig_ = consistency_report(theta, n, st.terms)["min_eig"]
         self.status_ = status
-        self.names_ = names
+        self.names_ = st.names
+        self.n_joints_ = n
         return self
 
-    def _theta(self):
+    @staticmethod
+    def _theta(st: _Setup):
         """cvxpy expression of the full parameter vector built from PSD pseudo-inertias and the
         (sign-constrained) joint-term coefficients."""
         import cvxpy as cp
 
-        n = self.n
+        n = st.n
         parts = []
         for _ in range(n):
             J = cp.Variable((4, 4), PSD=True)
             S00, S11, S22 = J[0, 0], J[1, 1], J[2, 2]
             parts += [J[3, 3], J[0, 3], J[1, 3], J[2, 3],
                       S11 + S22, -J[0, 1], S00 + S22, -J[0, 2], -J[1, 2], S00 + S11]
-        for t in self.terms:
+        for t in st.terms:
             parts.append(cp.Variable(n, nonneg=t in NONNEGATIVE_TERMS))
         return cp.hstack(parts)
 
-    def _prior_scale(self, prior: np.ndarray) -> np.ndarray:
-        n = self.n
-        c = np.concatenate([np.tile(_FLOOR, n), np.full(len(self.terms) * n, _FLOOR_JOINT)])
+    @staticmethod
+    def _prior_scale(st: _Setup, prior: np.ndarray) -> np.ndarray:
+        n = st.n
+        c = np.concatenate([np.tile(_FLOOR, n), np.full(len(st.terms) * n, _FLOOR_JOINT)])
         return np.maximum(np.abs(prior), c)
 
     def _run(self, prob, theta):
@@ -302,8 +345,8 @@ class ConsistentFit:
                                f"{prob.status!r}")
         return np.asarray(theta.value, dtype=float), prob.status
 
-    def _solve(self, RE: np.ndarray, z: np.ndarray, n_rows: int, tau_mean: float = 1.0,
-               ridge=None):
+    def _solve(self, st: _Setup, RE: np.ndarray, z: np.ndarray, n_rows: int,
+               tau_mean: float = 1.0, ridge=None):
         """Minimize over consistent p: ||RE p - z||^2 (= chi^2 - const) [+ prior terms]
         [+ lambda ||D E (p - prior)||^2 with ridge = (lambda, D)]."""
         import cvxpy as cp
@@ -311,15 +354,15 @@ class ConsistentFit:
         # scale the whole objective by s^2 = 1/M (argmin unchanged): the weighted residual mean
         # square is O(1); the prior term is scaled alike, so weights keep their chi^2 meaning
         s = 1.0 / np.sqrt(n_rows)
-        closest = self.prior is not None and self.prior_weight is None and ridge is None
-        prior = self.prior if self.prior is not None else np.zeros(self.p_full)
-        c = self._prior_scale(prior)
-        w = 1e-9 if (self.prior is None or closest or ridge is not None) else self.prior_weight
-        theta = self._theta()
+        closest = st.prior is not None and st.prior_weight is None and ridge is None
+        prior = st.prior if st.prior is not None else np.zeros(st.p_full)
+        c = self._prior_scale(st, prior)
+        w = 1e-9 if (st.prior is None or closest or ridge is not None) else st.prior_weight
+        theta = self._theta(st)
         obj = cp.sum_squares((s * RE) @ theta - s * z)
         if ridge is not None:
             lam, D = ridge
-            DE = D[:, None] * np.asarray(self.base.E, dtype=float)
+            DE = D[:, None] * st.E
             obj = obj + cp.sum_squares((s * np.sqrt(lam) * DE) @ theta
                                        - s * np.sqrt(lam) * (DE @ prior))
         if w > 0:
@@ -330,23 +373,24 @@ class ConsistentFit:
         # stage 2: the parameters closest to the prior among those whose fit is within
         # chi2_slack effective chi^2 units (x the residuals' autocorrelation time) of stage 1
         d1 = float(np.sum((RE @ th1 - z) ** 2))
-        bound = d1 + self.chi2_slack * tau_mean
-        theta2 = self._theta()
+        bound = d1 + st.chi2_slack * tau_mean
+        theta2 = self._theta(st)
         s2 = 1.0 / np.sqrt(bound)                     # constraint scaled to ||.||^2 <= 1
         cons = [cp.sum_squares((s2 * RE) @ theta2 - s2 * z) <= 1.0]
         obj2 = cp.sum_squares(cp.multiply(1.0 / c, theta2 - prior))
         return self._run(cp.Problem(cp.Minimize(obj2), cons), theta2)
 
-    def _project(self, theta: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _project(st: _Setup, theta: np.ndarray) -> np.ndarray:
         theta = theta.copy()
-        n = self.n
+        n = st.n
         for i in range(n):
             J = pseudo_inertia(theta[10 * i:10 * i + 10])
             lam, V = np.linalg.eigh(J)
             if lam[0] < 0:
                 J = (V * np.clip(lam, 0.0, None)) @ V.T
                 theta[10 * i:10 * i + 10] = params_from_pseudo_inertia(J)
-        for k, t in enumerate(self.terms):
+        for k, t in enumerate(st.terms):
             if t in NONNEGATIVE_TERMS:
                 sl = slice(10 * n + k * n, 10 * n + (k + 1) * n)
                 theta[sl] = np.clip(theta[sl], 0.0, None)
@@ -354,9 +398,11 @@ class ConsistentFit:
 
     def predict(self, W_full) -> np.ndarray:
         """W_full (N, n, p_full) -> predicted torques (N, n) [N*m]."""
+        check_is_fitted(self)
         W_full = np.asarray(W_full, dtype=float)
-        if W_full.shape[-1] != self.p_full:
-            raise ValueError(f"W_full has {W_full.shape[-1]} columns, expected {self.p_full}")
+        if W_full.shape[-1] != self.params_.size:
+            raise ValueError(f"W_full has {W_full.shape[-1]} columns, expected "
+                             f"{self.params_.size}")
         return W_full @ self.params_
 
 

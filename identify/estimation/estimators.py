@@ -42,27 +42,17 @@ parameter; mismatched shapes -> ValueError with both shapes.
 """
 from __future__ import annotations
 
-import functools
-
 import math
 
 import numpy as np
 import scipy.linalg as sla
 
 from identify.common.blas import single_thread_blas
+from identify.common.estimator import EstimatorMixin, check_is_fitted, clone
 
-__all__ = ["OLS", "WLS", "Ridge", "stack_system", "check_identifiable", "lcurve_corner",
-           "integrated_autocorr_time"]
-
-
-# -- BLAS threads ---------------------------------------------------------------------------------
-# (get, set) symbol pairs of the OpenBLAS builds numpy/scipy wheels ship (plain builds last).
-def _one_blas_thread(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with single_thread_blas():
-            return fn(*args, **kwargs)
-    return wrapper
+__all__ = ["OLS", "WLS", "Ridge", "LinearFit", "make_estimator", "ESTIMATORS", "stack_system",
+           "check_identifiable", "check_serial", "lcurve_corner", "integrated_autocorr_time",
+           "dof_per_joint", "hac_lags", "parzen_window", "apply_mask", "qr_r", "HAC_FACTOR"]
 
 
 # -- input handling -----------------------------------------------------------------------------
@@ -182,7 +172,7 @@ def _qr_solve(A: np.ndarray, b: np.ndarray, names=None, rcond: float | None = No
     return sla.solve_triangular(R, z, check_finite=False), R
 
 
-def _dof_per_joint(N, n: int, p: int):
+def dof_per_joint(N, n: int, p: int):
     """Residual degrees of freedom per joint: N - p/n; N may be (n,) counts of fitted samples
     per joint (a sample mask), then the result is (n,)."""
     dof = np.asarray(N, dtype=float) - p / n
@@ -240,7 +230,7 @@ def _hac_sandwich(A: np.ndarray, R: np.ndarray, N: int, n: int, e: np.ndarray,
                   lags: int) -> np.ndarray:
     """HAC (kernel) covariance of the least-squares solution of rows A (N*n, p) (sample-major)
     with residuals e (N*n,): R^-1 (S^T K S) R^-T with S (N, p) the per-sample scores
-    sum_j Q_kj e_kj (Q = A R^-1) and K the Parzen lag window of `lags` lags (:func:`_kernel`)
+    sum_j Q_kj e_kj (Q = A R^-1) and K the Parzen lag window of `lags` lags (:func:`parzen_window`)
     -- positive semi-definite, so the covariance is too. The
     kernel is applied by a convolution along the samples (no N x N matrix): O(N p (log N + p))."""
     from scipy.signal import fftconvolve
@@ -248,7 +238,7 @@ def _hac_sandwich(A: np.ndarray, R: np.ndarray, N: int, n: int, e: np.ndarray,
     Q = sla.solve_triangular(R, A.T, trans="T", check_finite=False).T
     S = (Q * e[:, None]).reshape(N, n, p).sum(axis=1)
     L = max(int(lags), 0)
-    w = _kernel(L)
+    w = parzen_window(L)
     # zero-padded convolution (samples beyond the ends contribute nothing); FFT: O(N log N) per
     # column for the ~3 tau_int lags (hundreds at 1 kHz)
     KS = fftconvolve(S, w[:, None], mode="same", axes=0) if L > 0 else S
@@ -263,13 +253,13 @@ def _hac_sandwich(A: np.ndarray, R: np.ndarray, N: int, n: int, e: np.ndarray,
 HAC_FACTOR = 3.0
 
 
-def _kernel(L: int) -> np.ndarray:
+def parzen_window(L: int) -> np.ndarray:
     """Parzen lag window w_l, l = -L..L (w_0 = 1)."""
     x = np.abs(np.arange(-L, L + 1)) / (L + 1.0)
     return np.where(x <= 0.5, 1 - 6 * x ** 2 + 6 * x ** 3, 2 * (1 - x) ** 3)
 
 
-def _hac_lags(e: np.ndarray) -> tuple[int, np.ndarray]:
+def hac_lags(e: np.ndarray) -> tuple[int, np.ndarray]:
     """Bandwidth of the HAC sandwich: HAC_FACTOR x the largest integrated autocorrelation time of
     the per-joint residuals e (N, n), rounded up. Returns (lags, tau (n,))."""
     tau = integrated_autocorr_time(e)
@@ -279,7 +269,8 @@ def _hac_lags(e: np.ndarray) -> tuple[int, np.ndarray]:
 _SERIAL = ("auto", None)
 
 
-def _check_serial(serial):
+def check_serial(serial):
+    """The `serial` setting checked: "auto" or None (ValueError otherwise); returns it."""
     if serial not in _SERIAL:
         raise ValueError(f"serial must be 'auto' or None, got {serial!r}")
     return serial
@@ -311,7 +302,7 @@ def _prepare(W, y, names, joint_names, rcond, counts=None):
     M, p = A.shape
     if M <= p:
         check_identifiable(A, names, rcond)
-    return A, b, N, n, names, _dof_per_joint(N if counts is None else counts, n, p)
+    return A, b, N, n, names, dof_per_joint(N if counts is None else counts, n, p)
 
 
 def _ols_step(A, b, N, n, names, rcond, dof):
@@ -323,8 +314,9 @@ def _ols_step(A, b, N, n, names, rcond, dof):
 
 
 # -- estimators ---------------------------------------------------------------------------------
-class _Linear:
-    """Shared attributes and prediction."""
+class LinearFit(EstimatorMixin):
+    """Shared fitted attributes, prediction and table of the linear least-squares fits (OLS,
+    WLS, Ridge and :class:`~identify.estimation.streaming.BlockFit`)."""
 
     params_: np.ndarray
     cov_: np.ndarray
@@ -347,6 +339,7 @@ class _Linear:
 
     def predict(self, W) -> np.ndarray:
         """W (N, n, p) -> (N, n); W (M, p) -> (M,)."""
+        check_is_fitted(self)
         W = np.asarray(W, dtype=float)
         if W.shape[-1] != self.params_.size:
             raise ValueError(f"W has {W.shape[-1]} columns, the fit has {self.params_.size}")
@@ -355,7 +348,7 @@ class _Linear:
     def _finish(self, A, b, N, n, names, p_hat, cov, counts=None):
         p = A.shape[1]
         e = (b - A @ p_hat).reshape(N, n)
-        dof = _dof_per_joint(N if counts is None else counts, n, p)
+        dof = dof_per_joint(N if counts is None else counts, n, p)
         self.params_ = p_hat
         self.cov_ = 0.5 * (cov + cov.T)
         self.sigma2_ = np.sum(e ** 2, axis=0) / dof
@@ -369,6 +362,7 @@ class _Linear:
 
     def table(self) -> str:
         """Readable table: name, value, std, relative std [%], poorly-excited flag."""
+        check_is_fitted(self)
         lines = [f"{'parameter':<24s} {'value':>13s} {'std':>11s} {'rel.std %':>10s}"]
         for k, name in enumerate(self.names_):
             flag = "  poorly excited" if self.poorly_excited_[k] else ""
@@ -377,7 +371,7 @@ class _Linear:
         return "\n".join(lines)
 
 
-class OLS(_Linear):
+class OLS(LinearFit):
     """Ordinary least squares by Householder QR; joint-wise heteroscedastic sandwich covariance.
 
     Args:
@@ -391,11 +385,14 @@ class OLS(_Linear):
 
     def __init__(self, rcond: float | None = None, serial: str | None = "auto"):
         self.rcond = rcond
-        self.serial = _check_serial(serial)
+        self.serial = serial
 
-    @_one_blas_thread
-    def fit(self, W, y, names=None, joint_names=None, mask=None) -> "OLS":
-        """`mask` (N, n) bool: samples fitted (None: all), :func:`apply_mask`."""
+    @single_thread_blas()
+    def fit(self, W, y, *, mask=None, names=None, joint_names=None) -> "OLS":
+        """W (N, n, p) regressor, y (N, n) torques [N*m] (or W (M, p), y (M,)); `mask` (N, n)
+        bool: samples fitted (None: all), :func:`apply_mask`; `names`: p column names,
+        `joint_names`: n joint names (messages, ``names_``). Returns self."""
+        serial = check_serial(self.serial)
         W, y, counts = apply_mask(W, y, mask)
         A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond, counts)
         M, p = A.shape
@@ -403,13 +400,13 @@ class OLS(_Linear):
         # OLS keeps the per-joint variance inflation: its rows are heteroscedastic across
         # joints (unweighted), where the per-row HAC middle matrix is too noisy (60 seeds:
         # 92.6 % within 2 sigma); WLS (the pipeline's) uses the HAC sandwich
-        tau = integrated_autocorr_time(e) if self.serial == "auto" else np.ones(n)
+        tau = integrated_autocorr_time(e) if serial == "auto" else np.ones(n)
         cov = _joint_sandwich(A, R, N, n, s2 * tau)
         self.tau_int_ = tau
         return self._finish(A, b, N, n, names, p_hat, cov, counts)
 
 
-class WLS(_Linear):
+class WLS(LinearFit):
     """Two-step weighted least squares (the paper's): rows of joint j weighted by 1/sigma_j.
 
     Args:
@@ -427,11 +424,12 @@ class WLS(_Linear):
     def __init__(self, sigma=None, rcond: float | None = None, serial: str | None = "auto"):
         self.sigma = sigma
         self.rcond = rcond
-        self.serial = _check_serial(serial)
+        self.serial = serial
 
-    @_one_blas_thread
-    def fit(self, W, y, names=None, joint_names=None, mask=None) -> "WLS":
-        """`mask` (N, n) bool: samples fitted (None: all), :func:`apply_mask`."""
+    @single_thread_blas()
+    def fit(self, W, y, *, mask=None, names=None, joint_names=None) -> "WLS":
+        """The arguments of :meth:`OLS.fit`. Returns self."""
+        serial = check_serial(self.serial)
         W, y, counts = apply_mask(W, y, mask)
         A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond, counts)
         M, p = A.shape
@@ -449,8 +447,8 @@ class WLS(_Linear):
         p_hat, R = _qr_solve(Aw, bw, names if self.sigma is not None else None, self.rcond)
         ew = bw - Aw @ p_hat
         scale2 = float(ew @ ew) / ((M if counts is None else int(np.sum(counts))) - p)
-        if self.serial == "auto":
-            lags, tau = _hac_lags(ew.reshape(N, n))
+        if serial == "auto":
+            lags, tau = hac_lags(ew.reshape(N, n))
             M_fit = M if counts is None else int(np.sum(counts))
             cov = _hac_sandwich(Aw, R, N, n, ew, lags) * (M_fit / (M_fit - p))
         else:
@@ -498,7 +496,7 @@ def lcurve_corner(s: np.ndarray, beta: np.ndarray, rho_perp2: float = 0.0,
     return float(lam[k, 0]), lam[:, 0], rho, eta, kappa
 
 
-class Ridge(_Linear):
+class Ridge(LinearFit):
     """Ridge regression with lambda at the L-curve corner.
 
     Minimizes ||W~ p - y~||^2 + lambda ||D (p - prior)||^2, where W~, y~ are the rows weighted by
@@ -520,18 +518,19 @@ class Ridge(_Linear):
         self.lam = lam
         self.prior = prior
         self.weighted = weighted
-        self.serial = _check_serial(serial)
+        self.serial = serial
 
-    @_one_blas_thread
-    def fit(self, W, y, names=None, joint_names=None, mask=None) -> "Ridge":
-        """`mask` (N, n) bool: samples fitted (None: all), :func:`apply_mask`."""
+    @single_thread_blas()
+    def fit(self, W, y, *, mask=None, names=None, joint_names=None) -> "Ridge":
+        """The arguments of :meth:`OLS.fit`. Returns self."""
+        serial = check_serial(self.serial)
         W, y, counts = apply_mask(W, y, mask)
         A, b, N, n, names = stack_system(W, y, names, joint_names)
         M, p = A.shape
         prior = np.zeros(p) if self.prior is None else np.asarray(self.prior, dtype=float)
         if prior.shape != (p,):
             raise ValueError(f"Ridge prior has shape {prior.shape}, expected ({p},)")
-        dof = _dof_per_joint(N if counts is None else counts, n, p)
+        dof = dof_per_joint(N if counts is None else counts, n, p)
         b0 = b - A @ prior
         d = np.linalg.norm(A, axis=0)
         d = np.where(d > 0, d, 1.0)
@@ -562,7 +561,7 @@ class Ridge(_Linear):
         x = V_k @ (f * beta_k)
         ew = bw - Aw @ x
         scale2 = float(ew @ ew) / (M - p)
-        tau = integrated_autocorr_time(ew.reshape(N, n)) if self.serial == "auto" else np.ones(n)
+        tau = integrated_autocorr_time(ew.reshape(N, n)) if serial == "auto" else np.ones(n)
         cov_s = scale2 * float(np.mean(tau)) * (V_k * (f ** 2)) @ V_k.T
         self.tau_int_ = tau
         p_hat = prior + x / d
@@ -581,3 +580,20 @@ def _svd_system(A: np.ndarray, b: np.ndarray):
     R, z = Rb[:p, :p], Rb[:p, p]
     U, s, Vt = np.linalg.svd(R)
     return s, U.T @ z, Vt, float(Rb[p, p] ** 2)
+
+
+#: the estimators a scenario names (``identification.estimator``), by name
+ESTIMATORS = {"ols": OLS, "wls": WLS, "ridge": Ridge}
+
+
+def make_estimator(estimator):
+    """An unfitted estimator from a name ("ols", "wls", "ridge": default settings) or from an
+    estimator instance (an :class:`~identify.common.estimator.EstimatorMixin` is cloned, so the
+    caller's instance stays unfitted; any other object with fit / predict is used as is).
+    ValueError naming the choices for an unknown name."""
+    if not isinstance(estimator, str):
+        return clone(estimator) if isinstance(estimator, EstimatorMixin) else estimator
+    key = estimator.lower()
+    if key not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; choose one of {sorted(ESTIMATORS)}")
+    return ESTIMATORS[key]()

@@ -26,7 +26,7 @@ Parallel filtering (docs/joint_models.md): when `d` carries the processing's fil
 (``d.filter_chain``, ``d.qd_full``; ProcessingSettings.filter_regressor, the default), every
 sign(qd) above -- the Coulomb columns of the simplified model and of stage 1, stage 2's Coulomb
 column and the opposing direction s -- is evaluated on the unfiltered grid and passed through
-exactly the torques' filter (:func:`coulomb_column`, :func:`_direction`, :func:`_gain`), which
+exactly the torques' filter (design.coulomb_column, stage2.direction, stage2.reducer_gain), which
 removes the bias of a sharp step regressed on a smeared one (Coulomb low, viscous high). Data
 without a chain use the plain columns.
 
@@ -57,11 +57,16 @@ Prediction on a new trajectory (tau_r from stage 1, T_rp):
 """
 from __future__ import annotations
 import numpy as np
-from .estimators import _check_serial
-from .design import column_kinds
-from .design import _channel, _check_fitted, _given_design, _make_estimator, _states, _time, coulomb_column, coulomb_mask, design_from, design_matrix_names, second_derivative
+from identify.common.estimator import EstimatorMixin, check_is_fitted
+from .design import (channel, column_kinds, coulomb_column, coulomb_mask, design_from,
+                     design_matrix_names, given_design, second_derivative, states, time_stamps)
+from .estimators import check_serial, make_estimator
 from .simplified import SimplifiedModel
-from .stage2 import FRICTION_VARIANTS, PHI_NAMES, Stage2Joint, Stage2Result, _direction, _fit_stage2_joint, _gain, _linear_start, _multipliers, _paper_a, _phi, _xi_names
+from .stage2 import (FRICTION_VARIANTS, PHI_NAMES, Stage2Joint, Stage2Result, direction,
+                     fit_stage2_joint, linear_start, multipliers, paper_a, phi_columns,
+                     reducer_gain, xi_names)
+
+__all__ = ["ImprovedModel", "ROUTES", "same_design"]
 
 
 
@@ -88,14 +93,14 @@ def _check_design_filtering(obj, d, W: np.ndarray) -> None:
 # --------------------------------------------------------------------------------------------
 # improved model
 # --------------------------------------------------------------------------------------------
-class ImprovedModel:
+class ImprovedModel(EstimatorMixin):
     """Paper §1.2 / §2.3.2: two-stage identification with the harmonic-drive joint model.
 
     Stage 1: p_r = [p_b, f_lc, f_lv] from the torque sensor tau_j (estimator as in the paper: WLS).
     Stage 2: per joint, the reducer friction (xi) and the motor-side coefficients
     c = [f_mc, f_mv, J'_m, J'_m/K] from tau'_m and tau_r (see module docstring).
 
-    Args:
+    Args (stored as given, checked by :meth:`fit`):
         model, base: RobotModel and its BaseParameters.
         estimator: stage-1 estimator ("wls", "ols", "ridge" or an instance with fit/predict).
         friction_term: reducer-friction variant used for prediction: "linear" (paper),
@@ -107,42 +112,50 @@ class ImprovedModel:
         compliance: include the taudd_r (compliance) column (the paper's a5).
         serial: stage-2 uncertainty: "auto" (default) corrects for serially correlated residuals
             (processed data are low-pass filtered and smoothed) by each coefficient's integrated
-            autocorrelation time; None assumes independent samples (see :func:`_serial_cov`).
+            autocorrelation time; None assumes independent samples (see :func:`serial_cov`).
             Stage 1 takes its own setting from the estimator (estimators.py, ``serial=``).
         errors_in_variables: add the estimated bias from the noise of the measured tau_r (a
             stage-2 regressor) to the stage-2 covariance (default True; see
-            :func:`_fit_stage2_joint`); False ignores it.
+            :func:`~identify.estimation.stage2.fit_stage2_joint`); False ignores it.
 
     After :meth:`fit`: ``stage1_`` (fitted estimator: params_, std_, ...), ``names1_``,
     ``friction_term_`` (variant used), ``stage2_`` (its Stage2Result), ``stage2_all_``
-    (variant -> Stage2Result),
-    ``compare_friction_terms_`` (dict), ``params_`` (stage-1 parameters).
+    (variant -> Stage2Result), ``variants_`` (the variants fitted: `variants` plus those
+    "auto" compares), ``compare_friction_terms_`` (dict), ``params_`` / ``std_`` (stage-1
+    parameters).
     """
 
     def __init__(self, model, base, estimator="wls", friction_term: str = "linear", *,
                  terms=("viscous", "coulomb"), coulomb_eps: float = 0.0, load_eps: float = 0.02,
                  compliance: bool = True, variants=FRICTION_VARIANTS,
                  serial: str | None = "auto", errors_in_variables: bool = True):
-        if friction_term not in FRICTION_VARIANTS + ("auto",):
-            raise ValueError(f"unknown friction_term {friction_term!r}; choose one of "
-                             f"{FRICTION_VARIANTS + ('auto',)}")
-        bad = [v for v in variants if v not in FRICTION_VARIANTS]
-        if bad:
-            raise ValueError(f"unknown friction variant(s) {bad}; choose from {FRICTION_VARIANTS}")
-        if not load_eps > 0:
-            raise ValueError(f"load_eps must be > 0 [rad/s], got {load_eps!r}")
         self.model = model
         self.base = base
         self.estimator = estimator
         self.friction_term = friction_term
-        self.terms = tuple(terms)
-        self.coulomb_eps = float(coulomb_eps)
-        self.load_eps = float(load_eps)
-        self.compliance = bool(compliance)
-        self.serial = _check_serial(serial)
-        self.errors_in_variables = bool(errors_in_variables)
-        need = ("linear", "opposing") if friction_term == "auto" else (friction_term,)
-        self.variants = tuple(dict.fromkeys(tuple(variants) + need))
+        self.terms = terms
+        self.coulomb_eps = coulomb_eps
+        self.load_eps = load_eps
+        self.compliance = compliance
+        self.variants = variants
+        self.serial = serial
+        self.errors_in_variables = errors_in_variables
+
+    def _fitted_variants(self) -> tuple:
+        """The settings checked (ValueError naming the bad one); returns the friction variants
+        to fit: `variants` plus those `friction_term` needs."""
+        ft = self.friction_term
+        if ft not in FRICTION_VARIANTS + ("auto",):
+            raise ValueError(f"unknown friction_term {ft!r}; choose one of "
+                             f"{FRICTION_VARIANTS + ('auto',)}")
+        bad = [v for v in self.variants if v not in FRICTION_VARIANTS]
+        if bad:
+            raise ValueError(f"unknown friction variant(s) {bad}; choose from {FRICTION_VARIANTS}")
+        if not self.load_eps > 0:
+            raise ValueError(f"load_eps must be > 0 [rad/s], got {self.load_eps!r}")
+        check_serial(self.serial)
+        need = ("linear", "opposing") if ft == "auto" else (ft,)
+        return tuple(dict.fromkeys(tuple(self.variants) + need))
 
     # -- stage 1 ---------------------------------------------------------------------------
     def design(self, d) -> np.ndarray:
@@ -152,36 +165,58 @@ class ImprovedModel:
                            coulomb_eps=self.coulomb_eps)
         return W
 
-    def fit(self, d, W: np.ndarray | None = None) -> "ImprovedModel":
-        """Stage 1 on ``d.tau_j``, stage 2 on ``d.tau_m`` and ``d.tau_j``."""
+    def fit(self, processed, *, W: np.ndarray | None = None) -> "ImprovedModel":
+        """Stage 1 on ``processed.tau_j``, stage 2 on ``processed.tau_m`` and ``.tau_j``.
+
+        `processed`: :class:`~identify.estimation.processing.Processed` (or any object with its
+        channels); `W` (N, n, p): its precomputed :meth:`design` (optional). Returns self."""
+        variants = self._fitted_variants()
+        d = processed
         n = self.model.n
-        W = _given_design(self, d, W)
+        W = given_design(self, d, W)
         _check_design_filtering(self, d, W)
         names = design_matrix_names(self.model, self.base, self.terms)
         N = W.shape[0]
-        tau_j = _channel(d, "tau_j", n, N)
-        tau_m = _channel(d, "tau_m", n, N)
+        tau_j = channel(d, "tau_j", n, N)
+        tau_m = channel(d, "tau_m", n, N)
         # samples near velocity reversals (stick-slip: no constant-parameter Coulomb law) are
         # left out of stage 1 when the processing marked them (Processed.fit_mask)
         mask = getattr(d, "fit_mask", None)
         kw = {} if mask is None else {"mask": mask}
-        self.stage1_ = _make_estimator(self.estimator).fit(
+        self.stage1_ = make_estimator(self.estimator).fit(
             W, tau_j, names=names, joint_names=list(self.model.joint_names), **kw)
         self.params_ = np.asarray(self.stage1_.params_, dtype=float)
         self.std_ = np.asarray(self.stage1_.std_, dtype=float)
         self.names1_ = list(names)
+        self.variants_ = variants
+        self.stage2_all_ = self._fit_stage2(d, W, tau_j, tau_m, variants)
+        cmp = {v: r.rms_overall for v, r in self.stage2_all_.items()}
+        per_joint = {v: r.rms for v, r in self.stage2_all_.items()}
+        two = {v: cmp[v] for v in ("linear", "opposing") if v in cmp}
+        self.compare_friction_terms_ = {
+            "rms": cmp, "rms_per_joint": per_joint,
+            "better": min(two, key=two.get) if two else None,
+            "note": "residual RMS of tau'_m [N*m] on the fitting data (stage 2, measured tau_r)"}
+        self.friction_term_ = (self.compare_friction_terms_["better"]
+                               if self.friction_term == "auto" else self.friction_term)
+        self.stage2_ = self.stage2_all_[self.friction_term_]
+        return self
 
-        _, qd, qdd = _states(d, n)
-        t = _time(d, N)
+    def _fit_stage2(self, d, W, tau_j, tau_m, variants) -> dict:
+        """Stage 2 of every joint for each friction variant: {variant: Stage2Result}. A variant
+        the data do not support (ValueError) is left out, unless it is the one asked for."""
+        n = self.model.n
+        _, qd, qdd = states(d, n)
+        N = qd.shape[0]
+        t = time_stamps(d, N)
         taudd = second_derivative(t, tau_j) if self.compliance else None
-        Phi = _phi(qd, qdd, taudd, self.coulomb_eps, self.compliance,
-                   coulomb_column(d, n, self.coulomb_eps))
-        s = _direction(d, qd, self.load_eps)
+        Phi = phi_columns(qd, qdd, taudd, self.coulomb_eps, self.compliance,
+                          coulomb_column(d, n, self.coulomb_eps))
+        s = direction(d, qd, self.load_eps)
         s_sharp = (np.tanh(qd / self.load_eps) if getattr(d, "filter_chain", None) is not None
                    else None)
         g = np.sign(tau_j)
         phi_names = list(PHI_NAMES[:Phi.shape[2]])
-        self.stage2_all_ = {}
         if self.errors_in_variables:
             # noise proxy of the measured tau_r: the stage-1 residual (sensor noise + link-model
             # error, so the bias bound it gives is conservative)
@@ -192,18 +227,19 @@ class ImprovedModel:
 
         def col(x, j):
             return None if x is None else x[:, j]
-        starts = [_linear_start(tau_m[:, j], tau_j[:, j], Phi[:, j], phi_names,
-                                f"stage 2, joint {self.model.joint_names[j]}", self.serial,
-                                col(u, j), col(udd, j))
+        starts = [linear_start(tau_m[:, j], tau_j[:, j], Phi[:, j], phi_names,
+                               f"stage 2, joint {self.model.joint_names[j]}", self.serial,
+                               col(u, j), col(udd, j))
                   for j in range(n)]
-        for variant in self.variants:
+        out = {}
+        for variant in variants:
             res = Stage2Result(variant)
             for j in range(n):
                 jn = self.model.joint_names[j]
-                M = _multipliers(variant, s[:, j], g[:, j])
-                nm = _xi_names(variant) + phi_names
+                M = multipliers(variant, s[:, j], g[:, j])
+                nm = xi_names(variant) + phi_names
                 try:
-                    th, cov, rms, ok, Psi, tau, biases, dom = _fit_stage2_joint(
+                    th, cov, rms, ok, Psi, tau, biases, dom = fit_stage2_joint(
                         tau_m[:, j], tau_j[:, j], Phi[:, j], M, nm,
                         f"stage 2 ({variant}), joint {jn}", start=starts[j], serial=self.serial,
                         u=col(u, j), udd=col(udd, j),
@@ -217,27 +253,17 @@ class ImprovedModel:
                 sj = Stage2Joint(jn, variant, nm, th, cov, rms, N, xi_identified=ok,
                                  tau_int=tau, eiv_bias=biases[0], noise_dominated=dom)
                 if variant == "linear":
-                    sj.a, sj.a_std = _paper_a(th, Psi, ok, self.serial, biases, dom)
+                    sj.a, sj.a_std = paper_a(th, Psi, ok, self.serial, biases, dom)
                 res.joints.append(sj)
             if res is not None:
-                self.stage2_all_[variant] = res
-        cmp = {v: r.rms_overall for v, r in self.stage2_all_.items()}
-        per_joint = {v: r.rms for v, r in self.stage2_all_.items()}
-        two = {v: cmp[v] for v in ("linear", "opposing") if v in cmp}
-        self.compare_friction_terms_ = {
-            "rms": cmp, "rms_per_joint": per_joint,
-            "better": min(two, key=two.get) if two else None,
-            "note": "residual RMS of tau'_m [N*m] on the fitting data (stage 2, measured tau_r)"}
-        self.friction_term_ = (self.compare_friction_terms_["better"]
-                               if self.friction_term == "auto" else self.friction_term)
-        self.stage2_ = self.stage2_all_[self.friction_term_]
-        return self
+                out[variant] = res
+        return out
 
     # -- prediction --------------------------------------------------------------------------
     def predict_tau_r(self, d, W: np.ndarray | None = None) -> np.ndarray:
         """Stage-1 prediction T_rp of the torque-sensor reading (N, n) [N*m]."""
-        _check_fitted(self, "ImprovedModel")
-        W = _given_design(self, d, W)
+        check_is_fitted(self)
+        W = given_design(self, d, W)
         return W @ self.params_
 
     def prediction_terms(self, d, *, tau_r: str = "model", W: np.ndarray | None = None,
@@ -249,18 +275,18 @@ class ImprovedModel:
         multiplier (tau'_r = Tr / (1 - Mxi)), ``Phi`` (N, n, m) the stage-2 columns, ``c`` (n, m)
         their coefficients, ``u`` = Phi c the motor-side torque, ``W`` the stage-1 design.
         """
-        _check_fitted(self, "ImprovedModel")
+        check_is_fitted(self)
         variant = variant or self.friction_term_
         if variant not in self.stage2_all_:
             raise ValueError(f"friction variant {variant!r} was not fitted "
                              f"(fitted: {sorted(self.stage2_all_)})")
         n = self.model.n
-        _, qd, qdd = _states(d, n)
+        _, qd, qdd = states(d, n)
         N = qd.shape[0]
         taudd = None
         sgn = coulomb_column(d, n, self.coulomb_eps)
         if tau_r == "model":
-            W = _given_design(self, d, W)
+            W = given_design(self, d, W)
             _check_design_filtering(self, d, W)
             Tr = W @ self.params_
             if self.compliance:
@@ -270,27 +296,27 @@ class ImprovedModel:
                 # stage-2 fit differentiated, and stays in
                 keep = (np.ones(W.shape[2], bool) if sgn is not None else
                         ~coulomb_mask(self.model, self.base, self.terms, self.coulomb_eps))
-                taudd = second_derivative(_time(d, N), W[..., keep] @ self.params_[keep])
+                taudd = second_derivative(time_stamps(d, N), W[..., keep] @ self.params_[keep])
         elif tau_r == "measured":
-            Tr = _channel(d, "tau_j", n, N)
+            Tr = channel(d, "tau_j", n, N)
             if self.compliance:
-                taudd = second_derivative(_time(d, N), Tr)
+                taudd = second_derivative(time_stamps(d, N), Tr)
         else:
             raise ValueError(f"tau_r must be 'model' or 'measured', got {tau_r!r}")
-        Phi = _phi(qd, qdd, taudd, self.coulomb_eps, self.compliance, sgn)
-        s = _direction(d, qd, self.load_eps)
+        Phi = phi_columns(qd, qdd, taudd, self.coulomb_eps, self.compliance, sgn)
+        s = direction(d, qd, self.load_eps)
         g = np.sign(Tr)
         P = self.stage2_all_[variant].params               # (n, k + m)
-        k = len(_xi_names(variant))
+        k = len(xi_names(variant))
         xi, c = P[:, :k], P[:, k:]
         u = np.einsum("Njm,jm->Nj", Phi, c)
         if variant == "linear":
             Mxi = np.broadcast_to(xi[:, 0], (N, n))
         elif getattr(d, "filter_chain", None) is not None:
-            # parallel-filtered direction: the affine law of _gain, as Mxi = 1 - 1/h
+            # parallel-filtered direction: the affine law of reducer_gain, as Mxi = 1 - 1/h
             s_sharp = np.tanh(qd / self.load_eps)
             Mxi = np.column_stack([
-                1.0 - 1.0 / _gain(_multipliers(variant, s[:, j], g[:, j]), xi[j],
+                1.0 - 1.0 / reducer_gain(multipliers(variant, s[:, j], g[:, j]), xi[j],
                                   s_sharp[:, j] * g[:, j])[0] for j in range(n)])
         elif variant == "opposing":
             Mxi = s * g * xi[:, 0]
@@ -312,7 +338,7 @@ class ImprovedModel:
             variant: friction variant (default: ``friction_term_``).
             T_pre: the simplified model's prediction (N, n), if already computed.
         """
-        _check_fitted(self, "ImprovedModel")
+        check_is_fitted(self)
         if route not in ROUTES:
             raise ValueError(f"unknown route {route!r}; choose one of {ROUTES}")
         pt = self.prediction_terms(d, tau_r=tau_r, W=W, variant=variant)
@@ -323,7 +349,7 @@ class ImprovedModel:
             if simplified is None:
                 raise ValueError("route 'eq24' needs the simplified model's prediction: pass "
                                  "simplified=<fitted SimplifiedModel> or T_pre=(N, n) array")
-            T_pre = simplified.predict(d, pt["W"] if _same_columns(self, simplified) else None)
+            T_pre = simplified.predict(d, pt["W"] if same_design(self, simplified) else None)
         T_pre = np.asarray(T_pre, dtype=float)
         if T_pre.shape != Tr.shape:
             raise ValueError(f"T_pre has shape {T_pre.shape}, expected {Tr.shape}")
@@ -332,7 +358,7 @@ class ImprovedModel:
         return Tr + Mxi * T_pre + (1.0 - Mxi) * u
 
 
-def _same_columns(a, b) -> bool:
+def same_design(a, b) -> bool:
     """True if two fitted models use the same design matrix (model, base, terms, eps)."""
     return (a.model is b.model and a.base is b.base and tuple(a.terms) == tuple(b.terms)
             and a.coulomb_eps == b.coulomb_eps)

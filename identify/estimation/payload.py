@@ -13,26 +13,20 @@ small SDP (cvxpy / Clarabel). std from the unconstrained covariance sigma^2 (A^T
 mass / CoM / inertia about the CoM, propagated through the conversion's Jacobian."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from identify.model.spatial import params_from_inertial
+from identify.common.estimator import EstimatorMixin, check_is_fitted
+from identify.model.spatial import params_from_inertial, pseudo_inertia
 
-__all__ = ["PayloadFit", "payload_regressor", "physical", "physical_std", "pseudo_inertia"]
+from .estimators import stack_system
+
+__all__ = ["PayloadFit", "PAYLOAD_NAMES", "payload_regressor", "physical", "physical_std",
+           "from_physical"]
 
 
 def payload_regressor(model, q, qd, qdd) -> np.ndarray:
     """(N, n, 10) regressor block of `model`'s last link (the flange frame)."""
     return model.regressor(q, qd, qdd)[..., -10:]
-
-
-def pseudo_inertia(phi: np.ndarray) -> np.ndarray:
-    """4x4 pseudo-inertia of a 10-vector (inertia about the frame origin)."""
-    m, hx, hy, hz, Ixx, Ixy, Iyy, Ixz, Iyz, Izz = phi
-    I = np.array([[Ixx, Ixy, Ixz], [Ixy, Iyy, Iyz], [Ixz, Iyz, Izz]])
-    S = 0.5 * np.trace(I) * np.eye(3) - I
-    return np.block([[S, np.array([[hx], [hy], [hz]])], [np.array([[hx, hy, hz, m]])]])
 
 
 def physical(phi: np.ndarray) -> dict:
@@ -73,33 +67,47 @@ def from_physical(mass_kg, com_m, inertia_kgm2) -> np.ndarray:
     return params_from_inertial(float(mass_kg), np.asarray(com_m, float), I_c)
 
 
-@dataclass
-class _Solved:
-    phi: np.ndarray
-    consistent: bool
+#: names of the 10 payload parameters (Pinocchio order, flange frame, inertia about its origin)
+PAYLOAD_NAMES = ("m", "mcx", "mcy", "mcz", "Ixx", "Ixy", "Iyy", "Ixz", "Iyz", "Izz")
 
 
-class PayloadFit:
-    """fit(Y (N, n, 10), y (N, n)) -> params_ (10,), cov_ (10, 10), std_ (10,), sigma_ (n,)
-    per-joint residual std [N*m], projected_ (True when the SDP moved the least-squares solution
-    to the consistent set), physical_ / physical_std_ (:func:`physical`), cond_ (of the weighted,
-    column-scaled regressor). min_eig: margin of the pseudo-inertia [kg*m^2]."""
+class PayloadFit(EstimatorMixin):
+    """Weighted least squares of the payload's 10 parameters, then the nearest physically
+    consistent ones (module doc).
+
+    Args (stored as given, checked by :meth:`fit`): consistent: project onto the consistent set
+    when the least-squares solution is outside it (default True); min_eig: margin of the
+    pseudo-inertia [kg*m^2].
+    Fitted attributes: params_ (10,), cov_ (10, 10), std_ (10,), sigma_ (n,) per-joint residual
+    std [N*m], projected_ (True when the SDP moved the least-squares solution to the consistent
+    set), physical_ / physical_std_ (:func:`physical`), cond_ (of the weighted, column-scaled
+    regressor), names_ (10,)."""
 
     def __init__(self, consistent: bool = True, min_eig: float = 1e-9):
         self.consistent = consistent
-        self.min_eig = float(min_eig)
+        self.min_eig = min_eig
 
-    def fit(self, Y: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> "PayloadFit":
-        """mask (N, n) bool: the equations to use (e.g. moving joints only: friction of a joint
-        at rest holds any torque up to its Coulomb level, so its equation says nothing exact)."""
-        Y, y = np.asarray(Y, float), np.asarray(y, float)
+    def fit(self, W: np.ndarray, y: np.ndarray, *, mask: np.ndarray | None = None,
+            names=None, joint_names=None) -> "PayloadFit":
+        """W (N, n, 10) payload regressor (:func:`payload_regressor`), y (N, n) the torque the
+        known arm does not explain [N*m]; `mask` (N, n) bool: the equations to use (e.g. moving
+        joints only: friction of a joint at rest holds any torque up to its Coulomb level, so its
+        equation says nothing exact); `names`: the 10 parameter names (default
+        :data:`PAYLOAD_NAMES`); `joint_names` (messages). Returns self."""
+        min_eig = float(self.min_eig)
+        Y, y = np.asarray(W, float), np.asarray(y, float)
+        if Y.ndim != 3 or Y.shape[2] != 10 or y.shape != Y.shape[:2]:
+            raise ValueError(f"payload fit: W must be (N, n, 10) and y (N, n), got {Y.shape} and "
+                             f"{y.shape}")
+        names = list(PAYLOAD_NAMES if names is None else names)
+        if len(names) != 10:
+            raise ValueError(f"payload fit: {len(names)} parameter names given for 10 columns")
+        stack_system(Y, y, names, joint_names)          # finite / joint-name checks
         if mask is not None:
             mask = np.asarray(mask, bool)
+            if mask.shape != y.shape:
+                raise ValueError(f"payload fit: mask has shape {mask.shape}, expected {y.shape}")
             Y, y = Y * mask[..., None], y * mask
-        if Y.ndim != 3 or Y.shape[2] != 10 or y.shape != Y.shape[:2]:
-            raise ValueError(f"payload fit: Y must be (N, n, 10) and y (N, n), got {Y.shape} and "
-                             f"{y.shape}")
-        N, n, _ = Y.shape
         phi0 = np.linalg.lstsq(Y.reshape(-1, 10), y.reshape(-1), rcond=None)[0]
         res0 = y - Y @ phi0
         used = np.ones(y.shape, bool) if mask is None else mask
@@ -109,8 +117,9 @@ class PayloadFit:
         b = (y * w[None, :]).reshape(-1)
         scale = np.linalg.norm(A, axis=0)
         if np.any(scale == 0):
+            k = int(np.argmin(scale))
             raise ValueError("payload fit: a payload column is zero over the whole recording "
-                             f"(column {int(np.argmin(scale))}); the wrists did not excite it")
+                             f"(column {k}, {names[k]}); the wrists did not excite it")
         self.cond_ = float(np.linalg.cond(A / scale))
         phi = np.linalg.lstsq(A, b, rcond=None)[0]
         dof = max(int(used.sum()) - 10, 1)
@@ -119,15 +128,25 @@ class PayloadFit:
         self.std_ = np.sqrt(np.diag(self.cov_))
         self.sigma_ = sigma * np.sqrt(s2)
         self.projected_ = False
-        if self.consistent and np.linalg.eigvalsh(pseudo_inertia(phi))[0] < self.min_eig:
-            phi = self._project(A, b, phi)
+        if self.consistent and np.linalg.eigvalsh(pseudo_inertia(phi))[0] < min_eig:
+            phi = self._project(A, b, phi, min_eig)
             self.projected_ = True
         self.params_ = phi
         self.physical_ = physical(phi)
         self.physical_std_ = physical_std(phi, self.cov_)
+        self.names_ = names
         return self
 
-    def _project(self, A: np.ndarray, b: np.ndarray, phi_ls: np.ndarray) -> np.ndarray:
+    def predict(self, W: np.ndarray) -> np.ndarray:
+        """W (N, n, 10) payload regressor -> the payload's torque (N, n) [N*m]."""
+        check_is_fitted(self)
+        W = np.asarray(W, float)
+        if W.shape[-1] != 10:
+            raise ValueError(f"payload fit: W has {W.shape[-1]} columns, expected 10")
+        return W @ self.params_
+
+    @staticmethod
+    def _project(A: np.ndarray, b: np.ndarray, phi_ls: np.ndarray, min_eig: float) -> np.ndarray:
         """The consistent phi minimising the same weighted residual (QR-reduced SDP)."""
         import cvxpy as cp
         Q, R = np.linalg.qr(A)
@@ -139,7 +158,7 @@ class PayloadFit:
                      [-Ixz, -Iyz, tr - Izz, hz], [hx, hy, hz, m]])
         Ps = 0.5 * (P + P.T)
         prob = cp.Problem(cp.Minimize(cp.sum_squares(R @ x - c)),
-                          [Ps >> self.min_eig * np.eye(4), m >= 1e-6])
+                          [Ps >> min_eig * np.eye(4), m >= 1e-6])
         prob.solve(solver=cp.CLARABEL)
         if x.value is None:
             raise ValueError(f"payload fit: the consistent fit failed ({prob.status})")

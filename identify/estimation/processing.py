@@ -367,15 +367,59 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
     ps = ProcessingSettings() if settings is None else settings
     rec = recording
     names = list(rec.joint_names)
-    n = len(names)
     steps: list[str] = []
-    rate = float(rec.rate_hz)
+    chans = _checked_channels(rec, ps, trajectory)                              # 1.
+    t, chans, rate = _resampled(rec.t, chans, float(rec.rate_hz), ps, steps)    # 2.
+    if delay_s is None:
+        delay_s = 0.0 if ps.delay == "auto" else float(ps.delay)
+    delay_s = float(delay_s)
+    _advance_torques(chans, delay_s, rate, steps)                               # 9.
+    meta_proc: dict = {"settings": ps.to_dict(), "n_samples_in": int(rec.n_samples)}
+    t, period_std = _averaged(rec, ps, t, chans, rate, meta_proc, steps)        # 3.
+    chain = _filter_chain(ps, rate, t.shape[0], periodic=period_std is not None, steps=steps)
+    raw = {name: chans[name] for name in ("tau_j", "tau_m") if name in chans}
+    floor = {name: sig.noise_floor(v) for name, v in raw.items()}               # 11.
+    q, qd, qdd = _filtered_states(chans, chain, ps, t, trajectory, names, steps)  # 4.-6.
+    out = {"q": q, "qd": qd, "qdd": qdd, "tau_j": chans.get("tau_j"), "tau_m": chans.get("tau_m")}
+    qd_full = qd if ps.filter_regressor else None
+    mask = None
+    if ps.reversal_speed_rad_s is not None:                                     # 10.
+        mask = chain.select(~_near_reversal(qd, ps, rate, chain.periodic))
+        steps.append(f"samples within {_reversal_window(ps, rate)} samples of |qd| < "
+                     f"{ps.reversal_speed_rad_s:g} rad/s left out of the fits "
+                     f"({100.0 * (1.0 - mask.mean()):.1f} %)")
+    out = {key: (None if v is None else chain.select(v)) for key, v in out.items()}  # 7.-8.
+    t = chain.select(t)
+    if chain.trim > 0:
+        steps.append(f"trimmed {chain.trim} samples ({chain.trim / rate:g} s) at each end")
+    if ps.decimate > 1:
+        rate = rate / ps.decimate
+        steps.append(f"decimated by {ps.decimate}")
+    if ps.filter_regressor:                                                     # 12.
+        steps.append("filter chain returned for parallel filtering of the nonlinear regressor "
+                     "columns")
+    meta_proc["steps"] = steps
+    meta_proc["delay_s"] = delay_s
+    meta_proc["n_samples_out"] = int(t.shape[0])
+    meta = dict(rec.meta)
+    meta["processing"] = meta_proc
+    return Processed(t=np.asarray(t, dtype=float), q=out["q"], qd=out["qd"], qdd=out["qdd"],
+                     tau_j=out["tau_j"], tau_m=out["tau_m"], rate_hz=rate, joint_names=names,
+                     meta=meta, period_std=period_std,
+                     filter_chain=chain if ps.filter_regressor else None, qd_full=qd_full,
+                     raw={k: chain.select(v) for k, v in raw.items()}, noise_floor=floor,
+                     fit_mask=mask, delay_s=delay_s)
 
-    # 1. checks -------------------------------------------------------------------------------
+
+def _checked_channels(rec: Recording, ps: ProcessingSettings, trajectory) -> dict:
+    """Step 1: the channels processing uses, {name: (N, n)} ("q" is the commanded position with
+    velocity="command" and no trajectory), each checked finite; the time stamps checked against
+    the nominal rate. ValueError naming the missing channel or the bad sample."""
+    names = list(rec.joint_names)
     if rec.n_samples < 8:
         raise ValueError(f"recording has {rec.n_samples} samples; processing needs at least 8")
     sig.check_finite(rec.t, "recording.t")
-    sig.check_rate(rec.t, rate, where="recording")
+    sig.check_rate(rec.t, float(rec.rate_hz), where="recording")
     use_cmd = ps.velocity == "command"
     chans: dict[str, np.ndarray] = {}
     if use_cmd and trajectory is None:
@@ -399,51 +443,60 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
     for name, v in chans.items():
         src = "q_cmd" if (name == "q" and use_cmd) else name
         sig.check_finite(v, f"recording.{src}", names)
-    t = rec.t
+    return chans
 
-    # 2. resampling -----------------------------------------------------------------------------
+
+def _resampled(t: np.ndarray, chans: dict, rate: float, ps: ProcessingSettings,
+               steps: list) -> tuple[np.ndarray, dict, float]:
+    """Step 2: the channels on a uniform grid (at ``resample_hz``, or at the nominal rate when
+    the time stamps are irregular). Returns t (N,) [s], channels, rate [Hz]."""
     target = ps.resample_hz
     if target is None and not sig.is_uniform(t, rate):
         target = rate
-    if target is not None:
-        new = {}
-        for name, v in chans.items():
-            tu, new[name] = sig.resample_uniform(t, v, target, method=ps.resample_method)
-        t, chans, rate = tu, new, float(target)
-        steps.append(f"resampled to {rate:g} Hz ({ps.resample_method})")
-    dt = 1.0 / rate
+    if target is None:
+        return t, chans, rate
+    new = {}
+    for name, v in chans.items():
+        tu, new[name] = sig.resample_uniform(t, v, target, method=ps.resample_method)
+    steps.append(f"resampled to {float(target):g} Hz ({ps.resample_method})")
+    return tu, new, float(target)
 
-    # delay compensation: the torques advanced relative to the positions (before any filter)
-    if delay_s is None:
-        delay_s = 0.0 if ps.delay == "auto" else float(ps.delay)
-    delay_s = float(delay_s)
-    if delay_s != 0.0:
-        for name in ("tau_j", "tau_m"):
-            if name in chans:
-                chans[name] = sig.advance(chans[name], delay_s * rate)
-        steps.append(f"torques advanced by {delay_s * 1e3:g} ms (delay compensation)")
 
-    # 3. period averaging ----------------------------------------------------------------------
-    periodic = False
-    period_std = None
-    meta_proc: dict = {"settings": ps.to_dict(), "n_samples_in": int(rec.n_samples)}
-    if ps.average_periods is not None:
-        P = int(ps.average_periods)
-        S = _period_samples(rec, ps, rate)
-        stds = {}
-        for name in list(chans):
-            chans[name], stds[name] = sig.average_periods(chans[name], P, S,
-                                                          channel=f"recording.{name}")
-        S = chans[next(iter(chans))].shape[0]
-        t = t[:S]
-        periodic = True
-        period_std = stds
-        meta_proc["samples_per_period"] = S
-        meta_proc["periods_averaged"] = P
-        steps.append(f"averaged {P} periods of {S} samples")
+def _advance_torques(chans: dict, delay_s: float, rate: float, steps: list) -> None:
+    """Delay compensation (in place, before any filter): the torque channels advanced by
+    `delay_s` [s] relative to the positions."""
+    if delay_s == 0.0:
+        return
+    for name in ("tau_j", "tau_m"):
+        if name in chans:
+            chans[name] = sig.advance(chans[name], delay_s * rate)
+    steps.append(f"torques advanced by {delay_s * 1e3:g} ms (delay compensation)")
 
-    # 4.-6. one zero-phase filter chain (smoothing, low-pass) for positions and torques;
-    # derivatives ---------------------------------------------------------------------------------
+
+def _averaged(rec: Recording, ps: ProcessingSettings, t: np.ndarray, chans: dict, rate: float,
+              meta_proc: dict, steps: list) -> tuple[np.ndarray, dict | None]:
+    """Step 3 (in place on `chans`): the average of ``average_periods`` periods, one period
+    from here on. Returns t of that period and {channel: per-sample std across the periods}
+    (None without averaging: the data are not periodic)."""
+    if ps.average_periods is None:
+        return t, None
+    P = int(ps.average_periods)
+    S = _period_samples(rec, ps, rate)
+    stds = {}
+    for name in list(chans):
+        chans[name], stds[name] = sig.average_periods(chans[name], P, S,
+                                                      channel=f"recording.{name}")
+    S = chans[next(iter(chans))].shape[0]
+    meta_proc["samples_per_period"] = S
+    meta_proc["periods_averaged"] = P
+    steps.append(f"averaged {P} periods of {S} samples")
+    return t[:S], stds
+
+
+def _filter_chain(ps: ProcessingSettings, rate: float, n_full: int, periodic: bool,
+                  steps: list) -> FilterChain:
+    """Steps 4-5, 7-8 as one :class:`FilterChain` on the `n_full`-sample grid at `rate` [Hz]:
+    the cutoff checked against Nyquist (after decimation), the edge trim of non-periodic data."""
     smooth = ps.smooth_torques and ps.smooth_passes > 0
     if smooth:
         steps.append(f"5-point cubic smoothing x{ps.smooth_passes} on positions and torques")
@@ -456,34 +509,40 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
     elif ps.decimate > 1:
         raise ValueError("decimate > 1 needs the Butterworth low-pass as anti-alias filter "
                          "(butter_cutoff_hz is None)")
-
     trim_k = 0
     if not periodic:
         trim_s = ps.trim_s if ps.trim_s is not None else (2.0 / fc if fc is not None else 0.0)
         trim_k = int(math.ceil(trim_s * rate - 1e-9))
-        if trim_k > 0 and 2 * trim_k >= t.shape[0] - 2:
+        if trim_k > 0 and 2 * trim_k >= n_full - 2:
             raise ValueError(f"trimming {trim_s:g} s at each end leaves too few of the "
-                             f"{t.shape[0]} samples")
-    chain = FilterChain(rate_hz=rate, smooth_passes=int(ps.smooth_passes) if smooth else 0,
-                        butter_order=int(ps.butter_order), butter_cutoff_hz=fc,
-                        periodic=periodic, trim=trim_k, decimate=int(ps.decimate),
-                        n_full=int(t.shape[0]))
+                             f"{n_full} samples")
+    return FilterChain(rate_hz=rate, smooth_passes=int(ps.smooth_passes) if smooth else 0,
+                       butter_order=int(ps.butter_order), butter_cutoff_hz=fc,
+                       periodic=periodic, trim=trim_k, decimate=int(ps.decimate),
+                       n_full=int(n_full))
+
+
+def _filtered_states(chans: dict, chain: FilterChain, ps: ProcessingSettings, t: np.ndarray,
+                     trajectory, names: list, steps: list):
+    """Steps 4-6: the torque channels low-passed in place, and q, qd, qdd (n_full, n) from the
+    chosen velocity source, filtered by the same chain (central differences of the filtered
+    position, the log's velocity, or the commanded trajectory's analytic derivatives)."""
     lowpass = chain.lowpass      # the filter chain every position and torque channel goes through
+    dt = 1.0 / chain.rate_hz
+    use_cmd = ps.velocity == "command"
 
     def deriv(x):
-        return sig.periodic_differentiate(x, dt) if periodic else sig.differentiate(x, dt=dt)
+        return sig.periodic_differentiate(x, dt) if chain.periodic else sig.differentiate(x, dt=dt)
 
-    raw = {name: chans[name] for name in ("tau_j", "tau_m") if name in chans}
-    floor = {name: sig.noise_floor(v) for name, v in raw.items()}
     for name in ("tau_j", "tau_m"):
         if name in chans:
             chans[name] = lowpass(chans[name])
     if use_cmd and trajectory is not None:
         qa, qda, qdda = (np.asarray(a, dtype=float) for a in trajectory.evaluate(t))
         for a, what in ((qa, "q"), (qda, "qd"), (qdda, "qdd")):
-            if a.shape != (t.shape[0], n):
+            if a.shape != (t.shape[0], len(names)):
                 raise ValueError(f"trajectory.evaluate returned {what} of shape {a.shape}, "
-                                 f"expected ({t.shape[0]}, {n}) for joints {names}")
+                                 f"expected ({t.shape[0]}, {len(names)}) for joints {names}")
             sig.check_finite(a, f"trajectory {what}", names)
         q, qd, qdd = lowpass(qa), lowpass(qda), lowpass(qdda)
         steps.append("analytic derivatives of the commanded trajectory")
@@ -498,41 +557,11 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
         qdd = deriv(qd)
         steps.append("central differences of the " + ("commanded" if use_cmd else "encoder")
                      + " position")
-    if fc is not None:
-        steps.append(f"zero-phase Butterworth order {ps.butter_order}, {fc:g} Hz "
-                     f"({'periodic' if periodic else 'odd-padded'}) on positions and torques")
-
-    # 7.-8. trimming (non-periodic data) and decimation ------------------------------------------
-    out = {"q": q, "qd": qd, "qdd": qdd, "tau_j": chans.get("tau_j"), "tau_m": chans.get("tau_m")}
-    qd_full = qd if ps.filter_regressor else None
-    mask = None
-    if ps.reversal_speed_rad_s is not None:
-        mask = chain.select(~_near_reversal(qd, ps, rate, periodic))
-        steps.append(f"samples within {_reversal_window(ps, rate)} samples of |qd| < "
-                     f"{ps.reversal_speed_rad_s:g} rad/s left out of the fits "
-                     f"({100.0 * (1.0 - mask.mean()):.1f} %)")
-    out = {key: (None if v is None else chain.select(v)) for key, v in out.items()}
-    t = chain.select(t)
-    if chain.trim > 0:
-        steps.append(f"trimmed {chain.trim} samples ({chain.trim / rate:g} s) at each end")
-    if ps.decimate > 1:
-        rate = rate / ps.decimate
-        steps.append(f"decimated by {ps.decimate}")
-    if ps.filter_regressor:
-        steps.append("filter chain returned for parallel filtering of the nonlinear regressor "
-                     "columns")
-
-    meta_proc["steps"] = steps
-    meta_proc["delay_s"] = delay_s
-    meta_proc["n_samples_out"] = int(t.shape[0])
-    meta = dict(rec.meta)
-    meta["processing"] = meta_proc
-    return Processed(t=np.asarray(t, dtype=float), q=out["q"], qd=out["qd"], qdd=out["qdd"],
-                     tau_j=out["tau_j"], tau_m=out["tau_m"], rate_hz=rate, joint_names=names,
-                     meta=meta, period_std=period_std,
-                     filter_chain=chain if ps.filter_regressor else None, qd_full=qd_full,
-                     raw={k: chain.select(v) for k, v in raw.items()}, noise_floor=floor,
-                     fit_mask=mask, delay_s=delay_s)
+    if chain.butter_cutoff_hz is not None:
+        steps.append(f"zero-phase Butterworth order {ps.butter_order}, "
+                     f"{chain.butter_cutoff_hz:g} Hz "
+                     f"({'periodic' if chain.periodic else 'odd-padded'}) on positions and torques")
+    return q, qd, qdd
 
 
 def _reversal_window(ps: ProcessingSettings, rate: float) -> int:

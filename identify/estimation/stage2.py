@@ -10,6 +10,11 @@ import scipy.linalg as sla
 from .estimators import integrated_autocorr_time
 from .design import coulomb_column
 
+__all__ = ["FRICTION_VARIANTS", "PHI_NAMES", "PHI_UNITS", "Stage2Joint", "Stage2Result",
+           "multipliers", "xi_names", "phi_columns", "direction", "serial_cov", "reducer_gain",
+           "errors_in_variables_bias", "linear_start", "fit_stage2_joint", "paper_a",
+           "XI_REL_STD_MAX", "XI_SNR_MIN", "XI_PLAUSIBLE_MAX", "NOISE_FRACTION_MAX"]
+
 
 # physical meaning of the stage-2 coefficients c_k (docs/joint_models.md)
 FRICTION_VARIANTS = ("linear", "opposing", "both")
@@ -170,7 +175,7 @@ class Stage2Result:
         return "\n".join(rows)
 
 
-def _multipliers(variant: str, s: np.ndarray, g: np.ndarray) -> np.ndarray:
+def multipliers(variant: str, s: np.ndarray, g: np.ndarray) -> np.ndarray:
     """(N, k) multipliers M of the reducer-friction coefficients: h = 1 / (1 - M @ xi)."""
     if variant == "linear":
         return np.ones((s.shape[0], 1))
@@ -181,11 +186,11 @@ def _multipliers(variant: str, s: np.ndarray, g: np.ndarray) -> np.ndarray:
     raise ValueError(f"unknown friction_term {variant!r}; choose one of {FRICTION_VARIANTS}")
 
 
-def _xi_names(variant: str) -> list[str]:
+def xi_names(variant: str) -> list[str]:
     return {"linear": ["xi_lin"], "opposing": ["xi_opp"], "both": ["xi_lin", "xi_opp"]}[variant]
 
 
-def _phi(qd, qdd, taudd_r, coulomb_eps: float, compliance: bool,
+def phi_columns(qd, qdd, taudd_r, coulomb_eps: float, compliance: bool,
          sgn: np.ndarray | None = None) -> np.ndarray:
     """(N, n, 4 or 3) stage-2 columns [sign(qd), qd, qdd, taudd_r] per joint; `sgn` (N, n):
     the parallel-filtered Coulomb column (:func:`coulomb_column`) replacing sign(qd)."""
@@ -195,11 +200,11 @@ def _phi(qd, qdd, taudd_r, coulomb_eps: float, compliance: bool,
     return np.stack(cols, axis=2)
 
 
-def _direction(d, qd: np.ndarray, load_eps: float) -> np.ndarray:
+def direction(d, qd: np.ndarray, load_eps: float) -> np.ndarray:
     """(N, n) smoothed direction of motion tanh(qd / load_eps) of the opposing reducer friction,
     parallel-filtered like the Coulomb column (:func:`coulomb_column`) when `d` carries the
     filter chain: the reducer friction xi |tau'_r| s is a step at every reversal, like Coulomb
-    friction (used through the affine law of :func:`_gain`)."""
+    friction (used through the affine law of :func:`reducer_gain`)."""
     s = coulomb_column(d, qd.shape[1], load_eps)
     return np.tanh(qd / load_eps) if s is None else s
 
@@ -226,7 +231,7 @@ def _influence(J: np.ndarray, r: np.ndarray, where: str, names) -> np.ndarray:
     return ((U * r[:, None]) / sv) @ Vt / scale
 
 
-def _serial_cov(Psi: np.ndarray, serial, n_params: int | None = None
+def serial_cov(Psi: np.ndarray, serial, n_params: int | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Covariance of sum_k Psi_k for serially correlated, heteroscedastic terms.
 
@@ -258,14 +263,14 @@ XI_SNR_MIN = 50.0
 XI_PLAUSIBLE_MAX = 0.8  # largest reducer friction considered (the paper's Table 2: a1 <= 0.804)
 
 
-def _gain(M: np.ndarray, xi: np.ndarray, m_sharp: np.ndarray | None = None
+def reducer_gain(M: np.ndarray, xi: np.ndarray, m_sharp: np.ndarray | None = None
           ) -> tuple[np.ndarray, np.ndarray]:
     """Reducer gain h = tau'_r / tau_r (N,) and its derivative dh/dxi (N, k).
 
-    Sharp multipliers M (N, k) (:func:`_multipliers`; the opposing column m = s g is +-1 away
+    Sharp multipliers M (N, k) (:func:`multipliers`; the opposing column m = s g is +-1 away
     from reversals): h = 1 / (1 - M xi). With parallel filtering, M's opposing column (the
     last one of the opposing and both variants) is the filtered direction m_f = g H[s]
-    (:func:`_direction`) and `m_sharp` (N,) the unfiltered m. The law is not linear in m, so
+    (:func:`direction`) and `m_sharp` (N,) the unfiltered m. The law is not linear in m, so
     filtering the torque does not simply filter m through it; it is split exactly into a part
     affine in m and a remainder that vanishes for m = +-1 (a = xi_opp / (1 - xi_lin)):
 
@@ -298,7 +303,7 @@ def _gain(M: np.ndarray, xi: np.ndarray, m_sharp: np.ndarray | None = None
 
 def _feasible(M: np.ndarray, xi: np.ndarray, m_sharp: np.ndarray | None = None) -> bool:
     """True if the reducer transmits torque for every sample: 1 - M xi > 0 (sharp M), or
-    1 - xi_lin - |xi_opp| > 0 (the parallel-filtered law of :func:`_gain`)."""
+    1 - xi_lin - |xi_opp| > 0 (the parallel-filtered law of :func:`reducer_gain`)."""
     if m_sharp is None or np.all(M == 1.0):
         return bool(np.all(1.0 - M @ xi > 0))
     xl, xo = (xi[0], xi[1]) if M.shape[1] == 2 else (0.0, xi[0])
@@ -347,7 +352,8 @@ def _noise_columns(u: np.ndarray, udd, lead: np.ndarray, m: int) -> np.ndarray:
     return Jn
 
 
-def _eiv_bias(J: np.ndarray, Jn: np.ndarray, eps_of) -> tuple[np.ndarray, np.ndarray]:
+def errors_in_variables_bias(J: np.ndarray, Jn: np.ndarray, eps_of
+                             ) -> tuple[np.ndarray, np.ndarray]:
     """Errors-in-variables bias of a stage-2 least-squares fit.
 
     The measured tau_r enters the regressor (and its second derivative the compliance column),
@@ -384,35 +390,35 @@ def _eiv_bias(J: np.ndarray, Jn: np.ndarray, eps_of) -> tuple[np.ndarray, np.nda
     return bias, dom
 
 
-def _linear_start(tau_m, tau_r, Phi, names_c, where, serial="auto", u=None, udd=None):
+def linear_start(tau_m, tau_r, Phi, names_c, where, serial="auto", u=None, udd=None):
     """Linear fit tau_m = b tau_r + Phi c, b = 1/(1 - xi_lin): returns (sol, std of b).
 
-    The std is the serially corrected sandwich (:func:`_serial_cov`); with a noise proxy `u` (N,)
+    The std is the serially corrected sandwich (:func:`serial_cov`); with a noise proxy `u` (N,)
     of tau_r (and `udd` its second derivative when Phi has the taudd_r column) the
-    errors-in-variables bias of b (:func:`_eiv_bias`) is added in quadrature, and the std is
+    errors-in-variables bias of b (:func:`errors_in_variables_bias`) is added in quadrature, and the std is
     inf if the tau_r column is dominated by the noise."""
     A = np.column_stack([tau_r, Phi])
     sol, *_ = np.linalg.lstsq(A, tau_m, rcond=None)
     Psi = _influence(A, tau_m - A @ sol, where, ["1/(1-xi)"] + list(names_c))
-    cov_lin, _ = _serial_cov(Psi[:, :1], serial, n_params=A.shape[1])
+    cov_lin, _ = serial_cov(Psi[:, :1], serial, n_params=A.shape[1])
     var_b = cov_lin[0, 0]
     if u is not None:
         Jn = _noise_columns(u, udd, np.ones((A.shape[0], 1)), Phi.shape[1])
-        bias, dom = _eiv_bias(A, Jn, lambda z: (sol[0] * u if not z[0] else 0.0 * u)
+        bias, dom = errors_in_variables_bias(A, Jn, lambda z: (sol[0] * u if not z[0] else 0.0 * u)
                               + (sol[-1] * udd if udd is not None and not z[-1] else 0.0))
         var_b = np.inf if dom[0] else var_b + bias[0] ** 2
     return sol, float(np.sqrt(var_b))
 
 
-def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="auto",
+def fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="auto",
                       u=None, udd=None, m_sharp=None):
     """Least squares of tau_m = tau_r h(M, xi) + Phi c for one joint, h = 1 / (1 - M xi)
-    (:func:`_gain`; `m_sharp` (N,): the unfiltered opposing multiplier when M's is
+    (:func:`reducer_gain`; `m_sharp` (N,): the unfiltered opposing multiplier when M's is
     parallel-filtered).
 
     Args: tau_m, tau_r (N,); Phi (N, m); M (N, k); names (k + m,); start: the joint's
-        :func:`_linear_start` (shared between variants), computed if None; serial: "auto" or
-        None (see :func:`_serial_cov`); u (N,): proxy of the measurement noise in tau_r (the
+        :func:`linear_start` (shared between variants), computed if None; serial: "auto" or
+        None (see :func:`serial_cov`); u (N,): proxy of the measurement noise in tau_r (the
         stage-1 residual) and udd (N,) its second derivative (when Phi has the taudd_r column),
         or None to ignore errors in variables.
     Returns: theta = [xi, c] (k + m,), cov (k + m, k + m), residual RMS [N*m], xi_identified,
@@ -422,7 +428,7 @@ def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="au
         errors-in-variables bias, [1] (xi not identified only) the xi-absorption bound,
         dominated (k + m,) bool: column dominated by the sensor noise (coefficient not
         identifiable, variance NaN).
-    cov = serially corrected sandwich + bias bias^T (:func:`_eiv_bias`; with the stage-1
+    cov = serially corrected sandwich + bias bias^T (:func:`errors_in_variables_bias`; with the stage-1
     residual as u -- sensor noise plus link-model error -- the bias is over- rather than
     under-estimated, so it is added to the covariance, not subtracted from theta).
     If the torque-sensor signal of this joint is too small against the noise to fix
@@ -436,7 +442,7 @@ def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="au
     k = M.shape[1]
     m = Phi.shape[1]
     if start is None:
-        start = _linear_start(tau_m, tau_r, Phi, names[k:], where, serial, u, udd)
+        start = linear_start(tau_m, tau_r, Phi, names[k:], where, serial, u, udd)
     sol, sb = start
     b = sol[0]
     snr = 0.0
@@ -453,33 +459,13 @@ def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="au
         return th[-1] * udd if udd is not None and not z[-1] else 0.0
 
     if not xi_identified:
-        sol_c, *_ = np.linalg.lstsq(Phi, tau_m - tau_r, rcond=None)
-        r = tau_r + Phi @ sol_c - tau_m
-        Psi_c = _influence(Phi, r, where, names[k:])
-        cov_c, tau_c = _serial_cov(Psi_c, serial)
-        bias = np.zeros(k + m)
-        dom = np.zeros(k + m, bool)
-        if u is not None:
-            Jn = _noise_columns(u, udd, np.zeros((Phi.shape[0], 0)), m)
-            bias[k:], dom[k:] = _eiv_bias(Phi, Jn, lambda z: u + c5(sol_c, z))
-        # c absorbs xi tau'_r = (b - 1) tau_r with b = 1/(1 - xi) unknown: add the largest
-        # plausible absorption (xi = XI_PLAUSIBLE_MAX) in quadrature
-        absorb, *_ = np.linalg.lstsq(Phi, tau_r * (1.0 / (1.0 - XI_PLAUSIBLE_MAX) - 1.0),
-                                     rcond=None)
-        cov = np.full((k + m,) * 2, np.nan)
-        cov[k:, k:] = cov_c + np.outer(bias[k:], bias[k:]) + np.outer(absorb, absorb)
-        cov[dom, :] = np.nan
-        cov[:, dom] = np.nan
-        Psi = np.concatenate([np.zeros((Phi.shape[0], k)), Psi_c], axis=1)
-        return (np.concatenate([np.zeros(k), sol_c]), cov, float(np.sqrt(np.mean(r ** 2))),
-                False, Psi, np.concatenate([np.full(k, np.nan), tau_c]),
-                np.stack([bias, np.concatenate([np.zeros(k), absorb])]), dom)
+        return _fit_without_xi(tau_m, tau_r, Phi, k, names, where, serial, u, udd)
 
     def resid(th):
-        return tau_r * _gain(M, th[:k], m_sharp)[0] + Phi @ th[k:] - tau_m
+        return tau_r * reducer_gain(M, th[:k], m_sharp)[0] + Phi @ th[k:] - tau_m
 
     def jac(th):
-        return np.column_stack([tau_r[:, None] * _gain(M, th[:k], m_sharp)[1], Phi])
+        return np.column_stack([tau_r[:, None] * reducer_gain(M, th[:k], m_sharp)[1], Phi])
 
     if k == 1 and np.all(M == 1.0):          # linear variant: exact in b, map back
         theta = np.concatenate([[1.0 - 1.0 / b], sol[1:]])
@@ -494,26 +480,55 @@ def _fit_stage2_joint(tau_m, tau_r, Phi, M, names, where, start=None, serial="au
     r = resid(theta)
     J = jac(theta)
     Psi = _influence(J, r, where, names)
-    cov, tau = _serial_cov(Psi, serial)
+    cov, tau = serial_cov(Psi, serial)
     bias = np.zeros(k + m)
     dom = np.zeros(k + m, bool)
     if u is not None:
-        h, dh = _gain(M, theta[:k], m_sharp)
+        h, dh = reducer_gain(M, theta[:k], m_sharp)
         Jn = _noise_columns(u, udd, dh, m)
-        bias, dom = _eiv_bias(J, Jn, lambda z: h * u + c5(theta, z))
+        bias, dom = errors_in_variables_bias(J, Jn, lambda z: h * u + c5(theta, z))
         cov = cov + np.outer(bias, bias)
         cov[dom, :] = np.nan
         cov[:, dom] = np.nan
     return theta, cov, float(np.sqrt(np.mean(r ** 2))), True, Psi, tau, bias[None], dom
 
 
-def _paper_a(theta: np.ndarray, Psi: np.ndarray, xi_identified: bool, serial="auto",
+def _fit_without_xi(tau_m, tau_r, Phi, k, names, where, serial, u, udd):
+    """:func:`fit_stage2_joint` of a joint whose xi is not identifiable: xi fixed at 0 (variance
+    NaN), tau_m - tau_r = Phi c by least squares, and the absorption of the largest plausible
+    xi (XI_PLAUSIBLE_MAX) by c added to c's covariance like a bias. Same returns."""
+    m = Phi.shape[1]
+    sol_c, *_ = np.linalg.lstsq(Phi, tau_m - tau_r, rcond=None)
+    r = tau_r + Phi @ sol_c - tau_m
+    Psi_c = _influence(Phi, r, where, names[k:])
+    cov_c, tau_c = serial_cov(Psi_c, serial)
+    bias = np.zeros(k + m)
+    dom = np.zeros(k + m, bool)
+    if u is not None:
+        Jn = _noise_columns(u, udd, np.zeros((Phi.shape[0], 0)), m)
+        bias[k:], dom[k:] = errors_in_variables_bias(
+            Phi, Jn, lambda z: u + (sol_c[-1] * udd if udd is not None and not z[-1] else 0.0))
+    # c absorbs xi tau'_r = (b - 1) tau_r with b = 1/(1 - xi) unknown: add the largest
+    # plausible absorption (xi = XI_PLAUSIBLE_MAX) in quadrature
+    absorb, *_ = np.linalg.lstsq(Phi, tau_r * (1.0 / (1.0 - XI_PLAUSIBLE_MAX) - 1.0),
+                                 rcond=None)
+    cov = np.full((k + m,) * 2, np.nan)
+    cov[k:, k:] = cov_c + np.outer(bias[k:], bias[k:]) + np.outer(absorb, absorb)
+    cov[dom, :] = np.nan
+    cov[:, dom] = np.nan
+    Psi = np.concatenate([np.zeros((Phi.shape[0], k)), Psi_c], axis=1)
+    return (np.concatenate([np.zeros(k), sol_c]), cov, float(np.sqrt(np.mean(r ** 2))),
+            False, Psi, np.concatenate([np.full(k, np.nan), tau_c]),
+            np.stack([bias, np.concatenate([np.zeros(k), absorb])]), dom)
+
+
+def paper_a(theta: np.ndarray, Psi: np.ndarray, xi_identified: bool, serial="auto",
              biases: np.ndarray | None = None, dominated: np.ndarray | None = None
              ) -> tuple[np.ndarray, np.ndarray]:
     """Linear variant: a1 = xi, a_k = (1 - xi) c_k, std by the delta method applied to the
     influence series (Psi_a = Psi G^T, G = da/dtheta), so that the serial correction of
-    :func:`_serial_cov` uses each a's own autocorrelation time; the bias vectors `biases`
-    (b, p) of :func:`_fit_stage2_joint` (G bias) are added in quadrature as for theta, and a
+    :func:`serial_cov` uses each a's own autocorrelation time; the bias vectors `biases`
+    (b, p) of :func:`fit_stage2_joint` (G bias) are added in quadrature as for theta, and a
     coefficient whose column is dominated by the sensor noise (`dominated`, theta order) gets
     std NaN. a1's std is NaN if xi was not identified (fixed at 0); without the compliance
     column a5 = 0 with std 0."""
@@ -528,7 +543,7 @@ def _paper_a(theta: np.ndarray, Psi: np.ndarray, xi_identified: bool, serial="au
               else np.zeros((1, a.size)))                                   # (b, 5)
     if not xi_identified:                            # a1 fixed at 0: no influence series
         Psi_a, bias_a = Psi_a[:, 1:], bias_a[:, 1:]
-    a_cov, _ = _serial_cov(Psi_a, serial, n_params=Psi.shape[1] - (0 if xi_identified else 1))
+    a_cov, _ = serial_cov(Psi_a, serial, n_params=Psi.shape[1] - (0 if xi_identified else 1))
     a_std = np.sqrt(np.clip(np.diag(a_cov) + np.sum(bias_a ** 2, axis=0), 0, None))
     if not xi_identified:
         a_std = np.concatenate([[np.nan], a_std])

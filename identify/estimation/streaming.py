@@ -10,8 +10,8 @@ j, b_j its torques), plus the residual series for the autocorrelation time:
   (Householder QR of already-triangular blocks: the same R as the QR of the stacked rows);
 * joint j's residual sum of squares for any p: ||R_j [p; -1]||^2;
 * A_j^T A_j = R_j[:, :p]^T R_j[:, :p], so OLS's joint-wise sandwich covariance
-  (R^T R)^-1 (sum_j v_j w_j^2 A_j^T A_j) (R^T R)^-1; WLS's Parzen-kernel HAC sandwich
-  (:func:`~identify.estimation.estimators._hac_sandwich`) needs the per-sample scores
+  (R^T R)^-1 (sum_j v_j w_j^2 A_j^T A_j) (R^T R)^-1; the Parzen-kernel HAC sandwich of
+  :class:`~identify.estimation.estimators.WLS` needs the per-sample scores
   (N x p floats), collected in the second pass.
 
 :class:`JointFactors` accumulates R_j block by block (QR updates: qr([R_j; new rows])), so memory
@@ -28,8 +28,10 @@ import scipy.linalg as sla
 
 from scipy.signal import fftconvolve
 
-from .estimators import (_Linear, _dof_per_joint, _hac_lags, _kernel, _one_blas_thread,
-                         check_identifiable, integrated_autocorr_time, lcurve_corner, qr_r)
+from identify.common.blas import single_thread_blas
+
+from .estimators import (LinearFit, check_identifiable, dof_per_joint, hac_lags,
+                         integrated_autocorr_time, lcurve_corner, parzen_window, qr_r)
 
 __all__ = ["JointFactors", "fit_blocks", "BlockFit", "row_blocks", "BLOCK_ROWS"]
 
@@ -86,7 +88,7 @@ class JointFactors:
         return Rb[:p, :p], Rb[:p, p], float(Rb[p, p] ** 2)
 
 
-class BlockFit(_Linear):
+class BlockFit(LinearFit):
     """Fitted attributes of :class:`~identify.estimation.estimators.OLS` / ``WLS`` / ``Ridge``
     computed from :class:`JointFactors` (same names, same meaning); ``method`` says which."""
 
@@ -102,7 +104,7 @@ def _sandwich(R: np.ndarray, factors: JointFactors, var_w2: np.ndarray) -> np.nd
     return P @ S @ P
 
 
-@_one_blas_thread
+@single_thread_blas()
 def fit_blocks(blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], n: int, p: int,
                estimator: str = "wls", names=None) -> BlockFit:
     """Fit y = W p over row blocks with the estimators' definitions (serial="auto").
@@ -117,7 +119,7 @@ def fit_blocks(blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], n:
     for W, y in blocks():
         fac.add(W, y)
     N = fac.N
-    dof = _dof_per_joint(N, n, p)
+    dof = dof_per_joint(N, n, p)
     R1, z1, _ = fac.combined(np.ones(n))
     if N * n < p:
         raise ValueError(f"fewer equations ({N * n}) than parameters ({p})")
@@ -160,9 +162,9 @@ def fit_blocks(blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], n:
         scale2 = float(ew2.sum()) / (N * n - p)
         cov = scale2 * float(np.mean(tau)) * (V * f ** 2) @ V.T / np.outer(D, D)
     elif estimator == "wls":            # Parzen-kernel HAC sandwich of estimators.WLS
-        lags, tau = _hac_lags(e)
+        lags, tau = hac_lags(e)
         L = max(int(lags), 0)
-        KS = fftconvolve(scores, _kernel(L)[:, None], mode="same", axes=0) if L > 0 else scores
+        KS = fftconvolve(scores, parzen_window(L)[:, None], mode="same", axes=0) if L > 0 else scores
         Rinv = sla.solve_triangular(R, np.eye(p), check_finite=False)
         P = Rinv @ Rinv.T
         cov = P @ (scores.T @ KS) @ P * (N * n / (N * n - p))

@@ -18,9 +18,9 @@ The paper's "improved by 59.58 %" is the relative change of the overall RMS,
 from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
-from identify.estimation.improved import ImprovedModel, _same_columns
+from identify.estimation.improved import ImprovedModel, same_design
 from identify.estimation.simplified import SimplifiedModel
-from identify.estimation.design import _states, column_kinds
+from identify.estimation.design import column_kinds, states
 from .parameter_errors import parameter_errors, stage2_errors
 
 
@@ -101,7 +101,7 @@ def decompose(model, fitted, d, regs: dict | None = None,
         design_matrix of `d` (saves one regressor evaluation).
     """
     from identify.model.friction import joint_columns
-    q, qd, qdd = _states(d, model.n)
+    q, qd, qdd = states(d, model.n)
     if regs is None:
         regs = rigid_regressors(model, q, qd, qdd)
     n = model.n
@@ -274,9 +274,9 @@ def validate(simplified: SimplifiedModel | None, improved: ImprovedModel | None,
     ref = simplified or improved
     model = ref.model
     res = ValidationResult(joint_names=list(model.joint_names))
-    share = simplified is not None and improved is not None and _same_columns(simplified, improved)
+    share = simplified is not None and improved is not None and same_design(simplified, improved)
     for name, d in trajectories.items():
-        q, qd, qdd = _states(d, model.n)
+        q, qd, qdd = states(d, model.n)
         meas = getattr(d, "tau_m", None)
         if meas is None:
             raise ValueError(f"trajectory {name!r} has no measured motor torque tau_m")

@@ -147,10 +147,10 @@ def test_bad_input_errors(problem):
     m, bp, W = problem["m"], problem["bp"], problem["W"]
     with pytest.raises(ValueError, match="expected"):
         ConsistentFit(m, bp, TERMS).fit(W[..., :-1], problem["tau"])
-    with pytest.raises(ValueError, match="terms"):
-        ConsistentFit(m, bp, ("viscous",))
+    with pytest.raises(ValueError, match="terms"):               # settings: checked by fit
+        ConsistentFit(m, bp, ("viscous",)).fit(W, problem["tau"])
     with pytest.raises(ValueError, match="prior has shape"):
-        ConsistentFit(m, bp, TERMS, prior=np.zeros(3))
+        ConsistentFit(m, bp, TERMS, prior=np.zeros(3)).fit(W, problem["tau"])
     W2 = W.copy()
     W2[3, 0, 0] = np.nan                                    # m1 column: not a base column
     with pytest.raises(ValueError, match=r"sample 3, joint 0, parameter column 0 \(m1\)"):
@@ -190,3 +190,26 @@ def test_noise_free_data_recover_truth_base_parameters(problem):
     assert np.all(np.isfinite(cf.params_))
     np.testing.assert_allclose(cf.base_params_, bp.E @ p, rtol=1e-5, atol=1e-6)
     assert is_physically_consistent(cf.params_, m.n, TERMS, tol=1e-12)
+
+
+def test_mask_leaves_corrupted_samples_out(problem):
+    """fit(..., mask=): samples marked False take no part (as in WLS): with 40 samples of joint 3
+    corrupted by 50 N*m, the masked fit recovers the truth as the clean one does, the unmasked
+    one does not; the masked fit's degrees of freedom count only the fitted samples."""
+    m, bp, W, p = problem["m"], problem["bp"], problem["W"], problem["p"]
+    y = problem["tau"] + np.random.default_rng(2).normal(size=problem["tau"].shape) * SIGMA
+    bad = y.copy()
+    bad[100:140, 2] += 50.0
+    mask = np.ones(y.shape, bool)
+    mask[100:140, 2] = False
+    clean = ConsistentFit(m, bp, TERMS).fit(W, y)
+    masked = ConsistentFit(m, bp, TERMS).fit(W, bad, mask=mask)
+    plain = ConsistentFit(m, bp, TERMS).fit(W, bad)
+    std = np.sqrt(np.diag(clean.wls_base_cov_))
+    truth = bp.E @ p
+    assert np.max(np.abs(masked.base_params_ - truth) / std) < 5
+    assert np.max(np.abs(plain.base_params_ - truth) / std) > 50
+    wls = WLS().fit(bp.reduce(W), bad, mask=mask)
+    np.testing.assert_allclose(masked.sigma2_, wls.sigma2_, rtol=0.05)
+    np.testing.assert_allclose(masked.residual_rms_[2] ** 2 * (len(y) - 40),
+                               np.sum(((bad - W @ masked.params_) * mask)[:, 2] ** 2), rtol=1e-9)

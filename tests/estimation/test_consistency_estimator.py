@@ -54,4 +54,4 @@ def test_ridge_pulls_a_poorly_excited_fit_towards_the_prior(problem):
     d = {e: np.linalg.norm(E @ (f.params_ - prior)) for e, f in fits.items()}
     assert d["ridge"] < 0.5 * d["wls"], d
     with pytest.raises(ValueError, match="estimator"):
-        ConsistentFit(model, base, TERMS, estimator="lasso")
+        ConsistentFit(model, base, TERMS, estimator="lasso").fit(W, y)

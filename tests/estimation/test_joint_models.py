@@ -264,10 +264,10 @@ def test_errors(model, base, noise_free):
     tr, d, dv, tau_v, sm, im = noise_free
     with pytest.raises(RuntimeError, match="not fitted"):
         ImprovedModel(model, base).predict(d)
-    with pytest.raises(ValueError, match="friction_term"):
-        ImprovedModel(model, base, friction_term="quadratic")
+    with pytest.raises(ValueError, match="friction_term"):           # settings: checked by fit
+        ImprovedModel(model, base, friction_term="quadratic").fit(d)
     with pytest.raises(ValueError, match="variant"):
-        ImprovedModel(model, base, variants=("cubic",))
+        ImprovedModel(model, base, variants=("cubic",)).fit(d)
     with pytest.raises(ValueError, match="eq24"):
         im.predict(dv, route="eq24")
     with pytest.raises(ValueError, match="route"):
@@ -401,7 +401,7 @@ def test_eiv_bias_matches_monte_carlo():
     """Independent truth for the errors-in-variables bias: y = b x + c + e with x measured with
     noise u; the classic attenuation E[b_hat] - b = -b var(u) / (var(x) + var(u)) and the
     estimate of joint_models._eiv_bias agree with the Monte-Carlo mean error."""
-    from identify.estimation.stage2 import _eiv_bias
+    from identify.estimation.stage2 import errors_in_variables_bias
     rng = np.random.default_rng(7)
     N, reps, b, c = 400, 300, 2.0, 0.5
     err, est = [], []
@@ -411,7 +411,8 @@ def test_eiv_bias_matches_monte_carlo():
         y = b * x + c + 0.1 * rng.standard_normal(N)
         J = np.column_stack([x + u, np.ones(N)])
         th, *_ = np.linalg.lstsq(J, y, rcond=None)
-        bias, dom = _eiv_bias(J, np.column_stack([u, np.zeros(N)]), lambda z: th[0] * u)
+        bias, dom = errors_in_variables_bias(J, np.column_stack([u, np.zeros(N)]),
+                                             lambda z: th[0] * u)
         assert not dom.any()
         err.append(th - [b, c])
         est.append(bias)
@@ -441,7 +442,7 @@ def test_poorly_excited_flags(model, base):
     assert "joint1.J_m/K" in s2.poorly_excited_names
     assert "?" in s2.table()
     with pytest.raises(ValueError, match="serial"):
-        ImprovedModel(model, base, serial="yes")
+        ImprovedModel(model, base, serial="yes").fit(d)
 
 
 def test_serial_correction_leaves_independent_samples_alone(model, base):
@@ -602,22 +603,23 @@ def test_parallel_filtering_of_the_opposing_reducer_friction(model, base):
 
 
 def test_reducer_gain_law():
-    """joint_models._gain: without filtering exactly 1 / (1 - M xi); its derivative against
+    """stage2.reducer_gain: without filtering exactly 1 / (1 - M xi); its derivative against
     central differences; the filtered affine + remainder split equals the law when the
     filtered and sharp directions coincide."""
-    from identify.estimation.stage2 import _gain
+    from identify.estimation.stage2 import reducer_gain
     rng = np.random.default_rng(0)
     m = np.tanh(rng.normal(0, 2, 200))
     m_f = np.clip(m + rng.normal(0, 0.2, 200), -1, 1)
     for M_f, M, xi in ((m_f[:, None], m[:, None], np.array([0.4])),
                        (np.column_stack([np.ones(200), m_f]), np.column_stack([np.ones(200), m]),
                         np.array([0.2, 0.3]))):
-        h, dh = _gain(M_f, xi, m)
-        fd = np.column_stack([(_gain(M_f, xi + e, m)[0] - _gain(M_f, xi - e, m)[0]) / 2e-6
+        h, dh = reducer_gain(M_f, xi, m)
+        fd = np.column_stack([(reducer_gain(M_f, xi + e, m)[0]
+                               - reducer_gain(M_f, xi - e, m)[0]) / 2e-6
                               for e in np.eye(xi.size) * 1e-6])
         np.testing.assert_allclose(dh, fd, rtol=1e-6, atol=1e-8)
-        np.testing.assert_allclose(_gain(M, xi, m)[0], 1 / (1 - M @ xi), rtol=1e-13)
-        np.testing.assert_allclose(_gain(M, xi)[0], 1 / (1 - M @ xi), rtol=1e-13)
+        np.testing.assert_allclose(reducer_gain(M, xi, m)[0], 1 / (1 - M @ xi), rtol=1e-13)
+        np.testing.assert_allclose(reducer_gain(M, xi)[0], 1 / (1 - M @ xi), rtol=1e-13)
 
 
 def test_a_loaded_joint_keeps_its_loss_when_the_linear_start_is_uncertain(model, base,

@@ -10,10 +10,10 @@ import pytest
 
 from identify.control.joint_model import from_parameters
 from identify.control.runs import fit_payload, known_arm, run_payload
-from identify.estimation.payload import (PayloadFit, from_physical, payload_regressor, physical,
-                                         pseudo_inertia)
+from identify.estimation.payload import PayloadFit, from_physical, payload_regressor, physical
 from identify.model.drives import load_drives
 from identify.model.payload import payload_in_model_frame
+from identify.model.spatial import pseudo_inertia
 from identify.scenario.spec import Payload, PayloadSpec
 
 from conftest import ROOT, tiny_scenario
