@@ -82,6 +82,10 @@ def _per_joint(v, n: int, where: str) -> np.ndarray:
     return a
 
 
+#: per-joint array fields of ReducerLaw
+ARRAY_FIELDS = ("xi", "xi_lin", "mu0", "mu1", "w_mu", "F0", "w_s")
+
+
 @dataclass(frozen=True)
 class ReducerLaw:
     """One reducer law with its per-joint parameters ((n,) arrays, link side, SI).
@@ -136,6 +140,12 @@ class ReducerLaw:
     @property
     def n(self) -> int:
         return self.xi.size
+
+    def subset(self, idx) -> "ReducerLaw":
+        """The law of the joints `idx` (indices), parameters as read kept."""
+        idx = np.asarray(idx, int)
+        arrays = {f: getattr(self, f)[idx] for f in ARRAY_FIELDS}
+        return ReducerLaw(self.name, params=self.params, **arrays)
 
     @property
     def gam(self) -> np.ndarray:

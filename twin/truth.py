@@ -1,4 +1,5 @@
-"""The twin's ground truth of every drive coefficient, as simulated: ``rec.meta["drive_truth"]``.
+"""The twin's ground truth of every drive coefficient, as simulated: ``Recording.drive_truth``
+(:class:`identify.backend.truth.DriveTruth`).
 
 Names as in docs/joint_models.md and identify.app.truth.true_link_parameters (per joint, link side,
 SI): stage 2 ``xi_opp``, ``xi_lin`` [-], ``f_mc`` [N*m], ``f_mv`` [N*m*s/rad], ``J_m`` (the
@@ -17,7 +18,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from identify.backend.truth import DriveTruth
+
 from .reducer import ReducerLaw
+
+#: reducer laws with a constant loss coefficient (xi_opp or xi_lin is a truth)
+CONSTANT_XI_LAWS = ("opposing", "paper")
+#: why a reducer law has no constant xi (stage 2 not applicable)
+NO_CONSTANT_XI = {
+    "load_speed": "reducer_friction_law: load_speed -- the loss coefficient depends on speed and a "
+                  "Stribeck drag is added; no identification variant shares this law, so xi has no "
+                  "constant truth",
+}
 
 #: twin options under which a friction coefficient is not one constant (as in identify.app.truth)
 _NOT_CONSTANT = {
@@ -50,27 +62,23 @@ def realized_xi(law: ReducerLaw, truth: dict, frac: float = 0.05) -> tuple[list,
             x = float(np.abs(a) @ np.abs(b) / (a @ a))
             d = np.abs(np.abs(b) - law.xi[j] * np.abs(a)) / (law.xi[j] * np.abs(a))
         xi_r.append(x)
-        dev.append(float(d.max()) if law.name != "load_speed" else None)
+        dev.append(float(d.max()) if law.name in CONSTANT_XI_LAWS else None)
     return xi_r, dev
 
 
-def drive_truth(cfg, law: ReducerLaw, truth: dict | None = None, cols=None) -> dict:
-    """``rec.meta["drive_truth"]`` for a run with TwinConfig `cfg` and reducer `law`; truth: the
-    run's truth channels (N, k) of the recorded joints `cols` (indices into cfg's joints; None:
-    all). JSON-ready (lists, None where a value does not exist)."""
+def drive_truth(cfg, law: ReducerLaw, truth: dict | None = None, cols=None,
+                laws: tuple = ()) -> DriveTruth:
+    """The :class:`~identify.backend.truth.DriveTruth` of a run with TwinConfig `cfg` and reducer
+    `law`; truth: the run's truth channels (N, k) of the recorded joints `cols` (indices into
+    cfg's joints; None: all); laws: the further laws' truth (:class:`LawTruth`, recorded joints)."""
     s, d = cfg.settings, cfg.drives
     idx = np.arange(cfg.n) if cols is None else np.asarray(cols, int)
     dm = bool(s.drive_model)
     on = {k: dm and bool(getattr(s, k)) for k in ("motor_friction", "harmonic_friction", "link_friction")}
-    pick = lambda a: [float(x) for x in np.asarray(a, float)[idx]]      # noqa: E731
+    pick = lambda a: tuple(float(x) for x in np.asarray(a, float)[idx])      # noqa: E731
     xi = d.xi * on["harmonic_friction"]
     zero = np.zeros(cfg.n)
-    if law.name == "opposing":
-        xi_opp, xi_lin = xi, zero
-    elif law.name == "paper":
-        xi_opp, xi_lin = zero, xi
-    else:
-        xi_opp = xi_lin = None
+    xi_opp, xi_lin = {"opposing": (xi, zero), "paper": (zero, xi)}.get(law.name, (None, None))
     J_r = d.J_r * dm
     reasons = [r for k, r in _NOT_CONSTANT.items()
                if (k == "stribeck" and s.stribeck)
@@ -80,33 +88,24 @@ def drive_truth(cfg, law: ReducerLaw, truth: dict | None = None, cols=None) -> d
           "stage2": [f"{r} (motor friction)" for r in reasons] if on["motor_friction"] else []}
     if not dm:
         na["stage2"].append("drive_model: false -- no drive (tau_m = tau_j), no stage-2 coefficients")
-    elif law.name == "load_speed" and on["harmonic_friction"]:
-        na["stage2"].append("reducer_friction_law: load_speed -- the loss coefficient depends on "
-                            "speed and a Stribeck drag is added; no identification variant shares "
-                            "this law, so xi has no constant truth")
-    out = {
-        "joints": [cfg.joint_names[j] for j in idx],
-        **law.describe(),
-        "xi_opp": None if xi_opp is None else pick(xi_opp),
-        "xi_lin": None if xi_lin is None else pick(xi_lin),
-        "xi_nominal": pick(xi),
-        "f_mc": pick(d.motor_coulomb * on["motor_friction"]),
-        "f_mv": pick(d.motor_viscous * on["motor_friction"]),
-        "J_m": pick(J_r),
-        "J_m/K": pick(J_r / d.stiffness),
-        "viscous": pick(d.link_viscous * on["link_friction"]),
-        "coulomb": pick(d.link_coulomb * on["link_friction"]),
-        "constant_parameter_truth": {k: not v for k, v in na.items()},
-        "not_constant": na,
-        "units": {"xi_opp": "-", "xi_lin": "-", "f_mc": "N*m", "f_mv": "N*m*s/rad",
-                  "J_m": "kg*m^2 (reflected, eta^2 J_m)", "J_m/K": "s^2", "viscous": "N*m*s/rad",
-                  "coulomb": "N*m"},
-    }
-    if law.name == "load_speed":
-        out["law_params"] = {"mu0": pick(law.mu0), "mu1": pick(law.mu1), "w_mu_rad_s": pick(law.w_mu),
-                             "F0_Nm": pick(law.F0), "w_s_rad_s": pick(law.w_s)}
+    elif law.name not in CONSTANT_XI_LAWS and on["harmonic_friction"]:
+        na["stage2"].append(NO_CONSTANT_XI[law.name])
+    desc = law.describe()
+    kw = {}
+    if law.name not in CONSTANT_XI_LAWS:
+        kw["law_params"] = {"mu0": pick(law.mu0), "mu1": pick(law.mu1), "w_mu_rad_s": pick(law.w_mu),
+                            "F0_Nm": pick(law.F0), "w_s_rad_s": pick(law.w_s)}
     if truth is not None and dm:
-        sub = ReducerLaw(law.name, law.xi[idx], law.xi_lin[idx], law.mu0[idx], law.mu1[idx],
-                         law.w_mu[idx], law.F0[idx], law.w_s[idx], law.params)
-        out["xi_realized"], out["xi_realized_max_rel_dev"] = realized_xi(sub, truth)
-    return out
+        xr, dev = realized_xi(law.subset(idx), truth)
+        kw["xi_realized"] = tuple(xr)
+        kw["xi_realized_max_rel_dev"] = tuple(dev)
+    return DriveTruth(
+        joints=tuple(cfg.joint_names[j] for j in idx), law=desc["law"],
+        shared_with_variant=desc["shared_with_variant"], dissipative=desc["dissipative"],
+        law_description=desc["params"],
+        xi_opp=None if xi_opp is None else pick(xi_opp), xi_lin=None if xi_lin is None else pick(xi_lin),
+        xi_nominal=pick(xi), f_mc=pick(d.motor_coulomb * on["motor_friction"]),
+        f_mv=pick(d.motor_viscous * on["motor_friction"]), J_m=pick(J_r), J_m_over_K=pick(J_r / d.stiffness),
+        viscous=pick(d.link_viscous * on["link_friction"]), coulomb=pick(d.link_coulomb * on["link_friction"]),
+        constant_parameter_truth={k: not v for k, v in na.items()}, not_constant=na,
+        laws=tuple(laws), **kw)
