@@ -54,37 +54,41 @@ def step_layouts(n: int, enabled: bool = True) -> dict:
     """Layouts of the compiled step's vectors for n joints (enabled: the drive model is on):
 
     x (per step, [SI]): link q, v; motor angle/velocity qm, w; spring torque tau_r; PID integral;
-        previous and current command qc_prev, qc; feed-forward tau_ff; bias h(q, v); time t;
+        the link friction's presliding (Dahl) displacement z_l [rad]; previous and current
+        command qc_prev, qc; feed-forward tau_ff; bias h(q, v); time t;
         joint torque of external contact forces tau_ext (twin.contacts; the link equation is
         M qdd + h = tau_l + tau_ext).
     c (per run): controller coefficients (u = c1 qc + c2 qc_prev + c3 qm + c4 w + c5 tau_r +
         c6 integral, integral += b1 qc + b3 qm + b5 tau_r), torque limit, friction laws, ripple,
         backlash, stiffness, the reducer law's parameters (twin.reducer.step_parameters: hd_mu0,
         hd_mu1, hd_w_mu, hd_F0, hd_w_s of the opposing part, hd_gam = 1/(1 - xi_lin) of the
-        linear part), dt, standard inertial parameters theta (10n, for the bias h).
+        linear part, hd_pf = 1 for the power-flow form), the load-dependent link Coulomb
+        coefficients ll_drv / ll_brk [-] (tau_r w >= 0 / < 0), the link friction's Dahl
+        displacement constant pre_z0 [rad] (0: stick-slip Coulomb instead), dt, standard inertial parameters theta (10n, for the bias h).
     p (per mass-matrix refresh, from TwinSim._build_matrices): the maps A, Cm, Cl, the link
         Delassus matrix W and the per-joint friction constants. Rigid joints (enabled False):
         only the position loop's output map Mc (n x n: tau_m = Mc u + tau_ff; the mass matrix
         for the decoupled loop, the identity for per-joint gains, see :func:`rigid_gains`) and
         K_used.
-    y (output): the new w, qm, tau_r, integral and command (in the order of x, to commit with one
-        copy), then every recorded torque/flag channel, the start-of-step v (for qdd), the
+    y (output): the new w, qm, tau_r, integral, z_l and command (in the order of x, to commit with
+        one copy), then every recorded torque/flag channel, the start-of-step v (for qdd), the
         effective stiffness, two flags (non-finite input, effective stiffness changed), and the
         start-of-period q, w, qm and previous command (so one row after the period holds the
         aligned sample of the period, see TwinSim.channels).
     """
     v = lambda *names: [(nm, n, 1) for nm in names]          # noqa: E731
     return {
-        "x": Layout(v("q", "v", "w", "qm", "tau_r", "integ", "qc_prev", "qc", "tau_ff", "h")
+        "x": Layout(v("q", "v", "w", "qm", "tau_r", "integ", "z_l", "qc_prev", "qc", "tau_ff", "h")
                     + [("t", 1, 1)] + v("tau_ext")),
         "c": Layout(v("c1", "c2", "c3", "c4", "c5", "c6", "b1", "b3", "b5", "tau_lim", "fc_m",
                       "fc_l", "asym", "str_ratio", "str_v", "ripple", "ripple_k", "backlash", "K",
-                      "hd_mu0", "hd_mu1", "hd_w_mu", "hd_F0", "hd_w_s", "hd_gam")
+                      "hd_mu0", "hd_mu1", "hd_w_mu", "hd_F0", "hd_w_s", "hd_gam", "hd_pf",
+                      "ll_drv", "ll_brk", "pre_z0")
                     + [("drift", 1, 1), ("drift_T", 1, 1), ("dt", 1, 1), ("theta", 10 * n, 1)]),
         "p": (Layout([("A", 6 * n, 6 * n), ("Cm", 6 * n, n), ("Cl", 6 * n, n), ("W", n, n)]
                      + v("nWm", "nWl", "fv_m", "fv_l", "K_used")) if enabled
               else Layout([("Mc", n, n)] + v("K_used"))),
-        "y": Layout(v("w", "qm", "tau_r", "integ", "qc", "tau_l", "tau_m", "tau_in", "tau_mc",
+        "y": Layout(v("w", "qm", "tau_r", "integ", "z_l", "qc", "tau_l", "tau_m", "tau_in", "tau_mc",
                       "tau_mv", "tau_hd", "tau_rip", "tau_lc", "tau_lv", "stick_m", "stick_l",
                       "tau_ff", "v_prev", "K_eff")
                     + [("bad_input", 1, 1), ("k_changed", 1, 1)]
@@ -169,7 +173,7 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
     else:
         tau_m = ff
         integ_new = integ
-    out = {"integ": integ_new, "qc": qc, "tau_m": tau_m, "tau_ff": ff, "v_prev": v, "q_prev": q,
+    out = {"integ": integ_new, "z_l": X["z_l"], "qc": qc, "tau_m": tau_m, "tau_ff": ff, "v_prev": v, "q_prev": q,
            "w_prev": w, "qm_prev": qm, "qc_prev": X["qc_prev"], "tau_ext": X["tau_ext"],
            "bad_input": bad, "k_changed": ca.SX(0)}
     if not enabled:
@@ -189,7 +193,25 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
             K_eff = P["K_used"]
         tau_rip = C["ripple"] * ca.sin(C["ripple_k"] * qm)
         tau_me = tau_m - tau_rip
-        h = (X["h"] if regressor is None else regressor(q, v, C["theta"])) - X["tau_ext"]
+        fs = 1.0 + C["drift"] * (1.0 - ca.exp(-X["t"] / C["drift_T"]))
+
+        def link_level(vel, T):
+            """Link Coulomb level [N*m]: constant part (Stribeck, asymmetry, drift) + the
+            load-dependent part k |tau_r|, k = ll_drv when the transmitted torque drives the link
+            (tau_r vel >= 0), ll_brk when it brakes it (4-quadrant)."""
+            k = ca.if_else(T * vel >= 0, C["ll_drv"], C["ll_brk"])
+            return (_coulomb_level_sx(C["fc_l"] * fs, vel, C["asym"], C["str_ratio"], C["str_v"])
+                    + k * ca.fabs(T))
+        # Dahl presliding link friction (pre_z0 > 0): z' = v - |v| z / z0, integrated exactly over
+        # the period at the start velocity v; F = level(v, tau_r) z / z0 acts on the link like a
+        # bias (explicit: its stiffness level / z0 is small next to K), the joint's stick-slip
+        # Coulomb is then off. Elsewhere z stays 0 and F 0.
+        pre = C["pre_z0"] > 0
+        z0 = ca.if_else(pre, C["pre_z0"], 1.0)
+        sv = ca.sign(v)
+        z_new = ca.if_else(pre, sv * z0 + (X["z_l"] - sv * z0) * ca.exp(-ca.fabs(v) * dt / z0), zero)
+        F_d = ca.if_else(pre, link_level(v, tau_r) * z_new / z0, zero)
+        h = (X["h"] if regressor is None else regressor(q, v, C["theta"])) - X["tau_ext"] + F_d
         # Only the rows the period needs are evaluated: motor velocity w+, link velocity v+ (for
         # the link friction) and spring torque tau_r+ of Y = A [v, w, qm, q, tau_me, h]; the
         # columns of qm and q are +-Ae (only the deflection e = qm - q enters), tau_l follows from
@@ -202,8 +224,7 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
         yw = ca.mtimes(cols(A[rw, :]), xin)
         v_s = ca.mtimes(cols(A[rv, :]), xin)
         yT = ca.mtimes(cols(A[rT, :]), xin)
-        fs = 1.0 + C["drift"] * (1.0 - ca.exp(-X["t"] / C["drift_T"]))
-        lim_l = dt * _coulomb_level_sx(C["fc_l"] * fs, v_s, C["asym"], C["str_ratio"], C["str_v"])
+        lim_l = ca.if_else(pre, zero, dt * link_level(v_s, yT))
         dtFmc = dt * _coulomb_level_sx(C["fc_m"] * fs, yw, C["asym"], C["str_ratio"], C["str_v"])
         # link-side Coulomb: per-joint estimate, then the stuck set S solved exactly,
         # W_SS P_S = -(v_S + W_S,slip P_slip), as the SPD system [[W_SS, 0], [0, I]]
@@ -237,7 +258,9 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
         F0 = C["hd_F0"] * ca.exp(-(yw / C["hd_w_s"]) ** 2)
         Fmc = dtFmc / dt
         k_drv = mu / (1.0 - mu * (1.0 - gT))
-        k_bck = mu / (1.0 + mu * (1.0 - gT))
+        # back-driven coefficient: mu / (1 - mu) in the power-flow form (tau_in = (1 - mu) tau_r)
+        mu_b = ca.if_else(C["hd_pf"] > 0, mu / (1.0 - mu), mu)
+        k_bck = mu_b / (1.0 + mu_b * (1.0 - gT))
 
         def limit(T):
             z = sw * T - gT * Fmc + (1.0 - gT) * F0
@@ -259,9 +282,9 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
         hd_c = -P_m / dt * share
         tau_hd = hd_c + (C["hd_gam"] - 1.0) * yT
         out.update(
-            w=yw, qm=qm + dt * yw, tau_r=yT, tau_l=yT - P["fv_l"] * v + P_l / dt,
-            tau_in=yT + tau_hd, tau_hd=tau_hd,
-            tau_mc=-P_m / dt - hd_c, tau_lc=-P_l / dt, tau_mv=P["fv_m"] * w, tau_lv=P["fv_l"] * v,
+            w=yw, qm=qm + dt * yw, tau_r=yT, tau_l=yT - P["fv_l"] * v + P_l / dt - F_d,
+            tau_in=yT + tau_hd, tau_hd=tau_hd, z_l=z_new,
+            tau_mc=-P_m / dt - hd_c, tau_lc=ca.if_else(pre, F_d, -P_l / dt), tau_mv=P["fv_m"] * w, tau_lv=P["fv_l"] * v,
             tau_rip=tau_rip, stick_m=ca.fabs(P_m) < lim, stick_l=ca.fabs(P_l) < lim_l, K_eff=K_eff)
     yv = ca.vertcat(*[out[name] for name, _, _ in L["y"].fields])
     tag = (f"twin_step{n}_{'d' if enabled else 'r'}{'p' if position_control else 'o'}"

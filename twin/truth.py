@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from identify.backend.truth import DriveTruth
+from identify.backend.truth import DriveTruth, LawTruth
 
 from .reducer import ReducerLaw
 
@@ -29,6 +29,16 @@ NO_CONSTANT_XI = {
     "load_speed": "reducer_friction_law: load_speed -- the loss coefficient depends on speed and a "
                   "Stribeck drag is added; no identification variant shares this law, so xi has no "
                   "constant truth",
+    "speed_efficiency": "reducer_friction_law: speed_efficiency -- the efficiency falls with speed "
+                        "(mu from r0 xi to r_inf xi) and differs by power-flow direction; no "
+                        "identification variant shares this law, so xi has no constant truth",
+}
+#: further link-friction laws under which stage 1's constant Coulomb level is not a truth
+_LINK_LAWS_NOT_CONSTANT = {
+    "load_friction": "link_friction_load_driving/braking != 0 -- the link Coulomb level grows with "
+                     "the transmitted torque (4-quadrant)",
+    "presliding": "presliding_rad != 0 -- Dahl presliding link friction (a friction state, "
+                  "direction memory at rest)",
 }
 
 #: twin options under which a friction coefficient is not one constant (as in identify.app.truth)
@@ -84,7 +94,10 @@ def drive_truth(cfg, law: ReducerLaw, truth: dict | None = None, cols=None,
                if (k == "stribeck" and s.stribeck)
                or (k == "coulomb_asymmetry" and np.any(np.asarray(s.coulomb_asymmetry, float) != 0))
                or (k == "friction_drift" and float(s.friction_drift) != 0)]
-    na = {"stage1": [f"{r} (link friction)" for r in reasons] if on["link_friction"] else [],
+    laws = tuple(laws) if laws else law_truths(cfg, idx)
+    na = {"stage1": ([f"{r} (link friction)" for r in reasons]
+                     + [r for k, r in _LINK_LAWS_NOT_CONSTANT.items()
+                        if any(lt.name == k for lt in laws)]) if on["link_friction"] else [],
           "stage2": [f"{r} (motor friction)" for r in reasons] if on["motor_friction"] else []}
     if not dm:
         na["stage2"].append("drive_model: false -- no drive (tau_m = tau_j), no stage-2 coefficients")
@@ -109,3 +122,56 @@ def drive_truth(cfg, law: ReducerLaw, truth: dict | None = None, cols=None,
         viscous=pick(d.link_viscous * on["link_friction"]), coulomb=pick(d.link_coulomb * on["link_friction"]),
         constant_parameter_truth={k: not v for k, v in na.items()}, not_constant=na,
         laws=tuple(laws), **kw)
+
+
+def law_truths(cfg, idx=None) -> tuple:
+    """The further laws of a run with TwinConfig `cfg` that are switched on, as
+    :class:`LawTruth` of the joints `idx` (None: all): ``load_friction`` (link Coulomb + k |tau_r|,
+    4-quadrant), ``presliding`` (Dahl link friction), ``ripple`` (motor-side torque ripple) and
+    ``friction_drift`` (warm-up). Parameters per joint, SI (docs/twin.md "Twin laws")."""
+    s, d = cfg.settings, cfg.drives
+    idx = np.arange(cfg.n) if idx is None else np.asarray(idx, int)
+    dm = bool(s.drive_model)
+    lf = dm and bool(s.link_friction)
+    pj = lambda k: np.asarray(s.per_joint(k, cfg.n), float)[idx]     # noqa: E731
+    tup = lambda a: tuple(float(x) for x in np.asarray(a, float))    # noqa: E731
+    fc = np.asarray(d.link_coulomb, float)[idx]
+    out = []
+    kd, kb = pj("link_friction_load_driving"), pj("link_friction_load_braking")
+    if lf and (np.any(kd) or np.any(kb)):
+        out.append(LawTruth(
+            "load_friction", "F_c = coulomb_Nm + k |tau_r|, k = k_driving (tau_r v >= 0) or "
+            "k_braking (tau_r v < 0); tau_r the transmitted (torque-sensor) torque",
+            {"coulomb_Nm": tup(fc), "k_driving": tup(kd), "k_braking": tup(kb)},
+            "Hamon, Gautier & Garrec, ICRA 2011 (load-dependent dry friction, 4 quadrants); "
+            "Iskandar & Wolf, ICRA 2019"))
+    z0 = pj("presliding_rad")
+    if lf and np.any(z0):
+        out.append(LawTruth(
+            "presliding", "Dahl: z' = v - |v| z / z0, F = F_c z / z0 (z0 = 0: stick-slip Coulomb); "
+            "at rest F keeps the sign of the last motion; after a reversal F = F_c (1 - 2 exp(-d / z0)) "
+            "over the displacement d",
+            {"z0_rad": tup(z0), "coulomb_Nm": tup(fc), "stiffness_Nm_rad": tup(
+                np.where(z0 > 0, fc / np.where(z0 > 0, z0, 1.0), 0.0))},
+            "Dahl, 'A solid friction model', Aerospace Corp. TOR-0158(3107-18)-1, 1968; "
+            "Canudas de Wit, Olsson, Astrom & Lischinsky, IEEE Trans. Autom. Control 40(3), 1995"))
+    amp = pj("ripple_Nm")
+    if dm and np.any(amp):
+        per_rev = float(s.ripple_cycles_per_motor_rev) * np.asarray(d.gear_ratio, float)[idx]
+        out.append(LawTruth(
+            "ripple", "tau_rip = A sin(k q_m) on the motor side (q_m the motor angle reflected to "
+            "the link, k = cycles per motor rev * gear ratio periods per joint revolution); at "
+            "link speed v its frequency is k |v| / (2 pi)",
+            {"amplitude_Nm": tup(amp), "periods_per_joint_rev": tup(per_rev)},
+            "Tuttle & Seering, IEEE Trans. Robot. Autom. 12(3), 1996; Ghorbel, Gandhi & Alpeter, "
+            "ASME J. Mech. Des. 123(1), 2001 (kinematic error at twice the wave-generator rotation)"))
+    if dm and float(s.friction_drift) != 0:
+        out.append(LawTruth(
+            "friction_drift", "motor and link Coulomb and viscous friction scale by "
+            "1 + drift (1 - exp(-t / time_s)) (warm-up; xi kept)",
+            {"drift": tup(np.full(idx.size, float(s.friction_drift))),
+             "time_s": tup(np.full(idx.size, float(s.friction_drift_time_s)))},
+            "Wolf & Iskandar, ICRA 2018; Carlson, Robertsson & Johansson, 'Modeling and "
+            "identification of position and temperature dependent friction phenomena without "
+            "temperature sensing', IROS 2015"))
+    return tuple(out)
