@@ -224,7 +224,9 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
         yw = ca.mtimes(cols(A[rw, :]), xin)
         v_s = ca.mtimes(cols(A[rv, :]), xin)
         yT = ca.mtimes(cols(A[rT, :]), xin)
-        lim_l = ca.if_else(pre, zero, dt * link_level(v_s, yT))
+        # (load part at the start-of-period transmitted torque: the step's own prediction yT
+        # still lacks the friction impulses, which shift it by up to ~10 % on the shoulder)
+        lim_l = ca.if_else(pre, zero, dt * link_level(v_s, tau_r))
         dtFmc = dt * _coulomb_level_sx(C["fc_m"] * fs, yw, C["asym"], C["str_ratio"], C["str_v"])
         # link-side Coulomb: per-joint estimate, then the stuck set S solved exactly,
         # W_SS P_S = -(v_S + W_S,slip P_slip), as the SPD system [[W_SS, 0], [0, I]]
