@@ -106,6 +106,100 @@ def _coulomb_level_sx(fc, v, asym, ratio, v_s):
     return fc * (1.0 + asym * ca.sign(v)) * (1.0 + (ratio - 1.0) * ca.exp(-(v / v_s) ** 2))
 
 
+def _link_level(C, fs, vel, T):
+    """Link Coulomb level [N*m] at link velocity vel and transmitted torque T (n,): the constant
+    part (Stribeck, asymmetry, drift scale fs) + the load-dependent part k |T|, k = ll_drv when
+    the transmitted torque drives the link (T vel >= 0), ll_brk when it brakes it (4-quadrant)."""
+    k = ca.if_else(T * vel >= 0, C["ll_drv"], C["ll_brk"])
+    return _coulomb_level_sx(C["fc_l"] * fs, vel, C["asym"], C["str_ratio"], C["str_v"]) + k * ca.fabs(T)
+
+
+def _presliding(C, fs, z, v, tau_r, dt):
+    """Dahl presliding link friction where pre_z0 > 0: (flags, new state z+ [rad], friction F
+    [N*m]). z' = v - |v| z / z0 integrated exactly over the period at the start velocity v (the
+    link's own displacement of the period, symplectic Euler), F = level(v, tau_r) z+ / z0; F acts
+    on the link like a bias (explicit: its stiffness level / z0 is small next to K) and the
+    joint's stick-slip Coulomb is then off. Elsewhere z+ = 0 and F = 0 (selected, not computed)."""
+    zero = ca.SX.zeros(v.shape[0])
+    pre = C["pre_z0"] > 0
+    z0 = ca.if_else(pre, C["pre_z0"], 1.0)
+    sv = ca.sign(v)
+    z_new = ca.if_else(pre, sv * z0 + (z - sv * z0) * ca.exp(-ca.fabs(v) * dt / z0), zero)
+    return pre, z_new, ca.if_else(pre, _link_level(C, fs, v, tau_r) * z_new / z0, zero)
+
+
+def _link_stick_slip(W, nWl, v_s, lim_l):
+    """Link-side Coulomb impulses P_l (n,) [N*m*s]: per-joint estimate, then the stuck set S
+    solved exactly, W_SS P_S = -(v_S + W_S,slip P_slip), as the SPD system [[W_SS, 0], [0, I]]
+    (W the link Delassus matrix, nWl = -1 / diag(W), v_s the predicted link velocity)."""
+    n = v_s.shape[0]
+    zero = ca.SX.zeros(n)
+    P_l = _clip(v_s * nWl, lim_l)
+    s = ca.fabs(P_l) < lim_l
+    slip_P = ca.if_else(s, zero, P_l)
+    rhs = ca.if_else(s, -(v_s + ca.mtimes(W, slip_P)), zero)
+    Ws = ca.SX(n, n)
+    for i in range(n):
+        for j in range(n):
+            Ws[i, j] = ca.if_else(s[i] * s[j], W[i, j], 1.0 if i == j else 0.0)
+    P_S = _spd_solve(Ws, rhs)
+    return _clip(ca.if_else(s, P_S, P_l), lim_l)
+
+
+def _reducer_coefficients(C, yw, wa, gT):
+    """The reducer law at predicted motor velocity yw (|yw| = wa): drag F0 [N*m] and the
+    own-joint solve's coefficients k_drv = mu / (1 - mu (1 - g)) (driving) and
+    k_bck = mu_b / (1 + mu_b (1 - g)) (back-driven), mu_b = mu / (1 - mu) in the power-flow form
+    (hd_pf > 0: tau_in = (1 - mu) tau_r), else mu; g = gT the own joint's gain."""
+    mu = C["hd_mu0"] + C["hd_mu1"] * (1.0 - ca.exp(-wa / C["hd_w_mu"]))
+    F0 = C["hd_F0"] * ca.exp(-(yw / C["hd_w_s"]) ** 2)
+    k_drv = mu / (1.0 - mu * (1.0 - gT))
+    mu_b = ca.if_else(C["hd_pf"] > 0, mu / (1.0 - mu), mu)
+    return F0, k_drv, mu_b / (1.0 + mu_b * (1.0 - gT))
+
+
+def _motor_stick_slip(C, nWm, Cmw, CmT, yw, yT, dtFmc, dt):
+    """Motor-side stick-slip with the reducer's Coulomb-type loss, per joint: (w+, tau_r+, motor
+    friction impulse P_m [N*m*s], its limit, reducer loss part hd_c [N*m]) from the predicted
+    motor velocity yw and spring torque yT (after the link impulses), the motor Coulomb impulse
+    limit dtFmc and the rows Cmw, CmT of the motor impulse map.
+
+    Reducer law (twin.reducer): tau_r = tau_in - s (F0(w) + mu(w) |tau_in|), s = sign(w),
+    evaluated EXACTLY at the end-of-step spring torque tau_r+, which itself moves with the
+    friction impulse: tau_r+ = T - s g (F_mc + F_hd) + (other joints' impulses), g the own
+    joint's gain (dt * dtau_r/dP). Solving the piecewise-linear own-joint equation:
+      z = s T - g F_mc + (1 - g) F0,  F_hd = F0 + |z| mu / (1 -+ mu (1 - g))
+    (- : driving, z >= 0; + : back-driven, mu_b there, see _reducer_coefficients). Pass 1 with T
+    the prediction, pass 2 with T including the other joints' pass-1 impulses (coupling up to
+    45 % of the own gain on the reference arm), so the law holds to second order in the coupling."""
+    zero = ca.SX.zeros(yw.shape[0])
+    gT = dt * ca.diag(CmT)
+    sw = ca.sign(yw)
+    wa = ca.fabs(yw)
+    F0, k_drv, k_bck = _reducer_coefficients(C, yw, wa, gT)
+    Fmc = dtFmc / dt
+
+    def limit(T):
+        z = sw * T - gT * Fmc + (1.0 - gT) * F0
+        return dtFmc + dt * (F0 + ca.fabs(z) * ca.if_else(z >= 0, k_drv, k_bck))
+
+    lim1 = limit(yT)
+    P_1 = _clip(yw * nWm, lim1)
+    yw1 = yw + ca.mtimes(Cmw, P_1)
+    yT1 = yT + ca.mtimes(CmT, P_1)
+    lim = limit(yT1 - ca.diag(CmT) * P_1)
+    # second pass: the law's limit with the coupling, and the stuck joints' holding impulse
+    # corrected for the other joints' impulses (one Jacobi step)
+    P_m = _clip(P_1 + yw1 * nWm, lim)
+    yw = yw + ca.mtimes(Cmw, P_m)
+    yT = yT + ca.mtimes(CmT, P_m)
+    share = ca.if_else(lim > 0, (lim - dtFmc) / ca.if_else(lim > 0, lim, 1.0), zero)
+    # reducer loss tau_rf = tau_in - tau_r: the Coulomb-type part (share of the friction
+    # impulse) + the linear part xi_lin tau_in = (gam - 1) tau_r (paper law)
+    hd_c = -P_m / dt * share
+    return yw, yT, P_m, lim, hd_c
+
+
 def _spd_solve(A, b):
     """Solve A x = b for a symmetric positive definite A (n x n SX) by an unrolled Cholesky."""
     n = A.shape[0]
@@ -194,23 +288,7 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
         tau_rip = C["ripple"] * ca.sin(C["ripple_k"] * qm)
         tau_me = tau_m - tau_rip
         fs = 1.0 + C["drift"] * (1.0 - ca.exp(-X["t"] / C["drift_T"]))
-
-        def link_level(vel, T):
-            """Link Coulomb level [N*m]: constant part (Stribeck, asymmetry, drift) + the
-            load-dependent part k |tau_r|, k = ll_drv when the transmitted torque drives the link
-            (tau_r vel >= 0), ll_brk when it brakes it (4-quadrant)."""
-            k = ca.if_else(T * vel >= 0, C["ll_drv"], C["ll_brk"])
-            return (_coulomb_level_sx(C["fc_l"] * fs, vel, C["asym"], C["str_ratio"], C["str_v"])
-                    + k * ca.fabs(T))
-        # Dahl presliding link friction (pre_z0 > 0): z' = v - |v| z / z0, integrated exactly over
-        # the period at the start velocity v; F = level(v, tau_r) z / z0 acts on the link like a
-        # bias (explicit: its stiffness level / z0 is small next to K), the joint's stick-slip
-        # Coulomb is then off. Elsewhere z stays 0 and F 0.
-        pre = C["pre_z0"] > 0
-        z0 = ca.if_else(pre, C["pre_z0"], 1.0)
-        sv = ca.sign(v)
-        z_new = ca.if_else(pre, sv * z0 + (X["z_l"] - sv * z0) * ca.exp(-ca.fabs(v) * dt / z0), zero)
-        F_d = ca.if_else(pre, link_level(v, tau_r) * z_new / z0, zero)
+        pre, z_new, F_d = _presliding(C, fs, X["z_l"], v, tau_r, dt)
         h = (X["h"] if regressor is None else regressor(q, v, C["theta"])) - X["tau_ext"] + F_d
         # Only the rows the period needs are evaluated: motor velocity w+, link velocity v+ (for
         # the link friction) and spring torque tau_r+ of Y = A [v, w, qm, q, tau_me, h]; the
@@ -226,67 +304,21 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
         yT = ca.mtimes(cols(A[rT, :]), xin)
         # (load part at the start-of-period transmitted torque: the step's own prediction yT
         # still lacks the friction impulses, which shift it by up to ~10 % on the shoulder)
-        lim_l = ca.if_else(pre, zero, dt * link_level(v_s, tau_r))
+        lim_l = ca.if_else(pre, zero, dt * _link_level(C, fs, v_s, tau_r))
         dtFmc = dt * _coulomb_level_sx(C["fc_m"] * fs, yw, C["asym"], C["str_ratio"], C["str_v"])
         # link-side Coulomb: per-joint estimate, then the stuck set S solved exactly,
         # W_SS P_S = -(v_S + W_S,slip P_slip), as the SPD system [[W_SS, 0], [0, I]]
-        W = P["W"]
-        P_l = _clip(v_s * P["nWl"], lim_l)
-        s = ca.fabs(P_l) < lim_l
-        slip_P = ca.if_else(s, zero, P_l)
-        rhs = ca.if_else(s, -(v_s + ca.mtimes(W, slip_P)), zero)
-        Ws = ca.SX(n, n)
-        for i in range(n):
-            for j in range(n):
-                Ws[i, j] = ca.if_else(s[i] * s[j], W[i, j], 1.0 if i == j else 0.0)
-        P_S = _spd_solve(Ws, rhs)
-        P_l = _clip(ca.if_else(s, P_S, P_l), lim_l)
+        P_l = _link_stick_slip(P["W"], P["nWl"], v_s, lim_l)
         yw = yw + ca.mtimes(Cl[rw, :], P_l)
         yT = yT + ca.mtimes(Cl[rT, :], P_l)
-        # motor side: motor Coulomb + the reducer's Coulomb-type loss, stick-slip per joint.
-        # Reducer law (twin.reducer): tau_r = tau_in - s (F0(w) + mu(w) |tau_in|), s = sign(w),
-        # evaluated EXACTLY at the end-of-step spring torque tau_r+, which itself moves with the
-        # friction impulse: tau_r+ = T - s g (F_mc + F_hd) + (other joints' impulses), g the own
-        # joint's gain (dt * dtau_r/dP). Solving the piecewise-linear own-joint equation:
-        #   z = s T - g F_mc + (1 - g) F0,  F_hd = F0 + |z| mu / (1 -+ mu (1 - g))
-        # (- : driving, z >= 0; + : back-driven). Pass 1 with T the prediction, pass 2 with T
-        # including the other joints' pass-1 impulses (coupling up to 45 % of the own gain on the
-        # reference arm), so the law holds to second order in the coupling.
-        Cmw, CmT = Cm[rw, :], Cm[rT, :]
-        gT = dt * ca.diag(CmT)
-        sw = ca.sign(yw)
-        wa = ca.fabs(yw)
-        mu = C["hd_mu0"] + C["hd_mu1"] * (1.0 - ca.exp(-wa / C["hd_w_mu"]))
-        F0 = C["hd_F0"] * ca.exp(-(yw / C["hd_w_s"]) ** 2)
-        Fmc = dtFmc / dt
-        k_drv = mu / (1.0 - mu * (1.0 - gT))
-        # back-driven coefficient: mu / (1 - mu) in the power-flow form (tau_in = (1 - mu) tau_r)
-        mu_b = ca.if_else(C["hd_pf"] > 0, mu / (1.0 - mu), mu)
-        k_bck = mu_b / (1.0 + mu_b * (1.0 - gT))
-
-        def limit(T):
-            z = sw * T - gT * Fmc + (1.0 - gT) * F0
-            return dtFmc + dt * (F0 + ca.fabs(z) * ca.if_else(z >= 0, k_drv, k_bck))
-
-        lim1 = limit(yT)
-        P_1 = _clip(yw * P["nWm"], lim1)
-        yw1 = yw + ca.mtimes(Cmw, P_1)
-        yT1 = yT + ca.mtimes(CmT, P_1)
-        lim = limit(yT1 - ca.diag(CmT) * P_1)
-        # second pass: the law's limit with the coupling, and the stuck joints' holding impulse
-        # corrected for the other joints' impulses (one Jacobi step)
-        P_m = _clip(P_1 + yw1 * P["nWm"], lim)
-        yw = yw + ca.mtimes(Cmw, P_m)
-        yT = yT + ca.mtimes(CmT, P_m)
-        share = ca.if_else(lim > 0, (lim - dtFmc) / ca.if_else(lim > 0, lim, 1.0), zero)
-        # reducer loss tau_rf = tau_in - tau_r: the Coulomb-type part (share of the friction
-        # impulse) + the linear part xi_lin tau_in = (gam - 1) tau_r (paper law)
-        hd_c = -P_m / dt * share
+        # motor side: motor Coulomb + the reducer's Coulomb-type loss (see _motor_stick_slip)
+        yw, yT, P_m, lim, hd_c = _motor_stick_slip(C, P["nWm"], Cm[rw, :], Cm[rT, :], yw, yT, dtFmc, dt)
         tau_hd = hd_c + (C["hd_gam"] - 1.0) * yT
         out.update(
             w=yw, qm=qm + dt * yw, tau_r=yT, tau_l=yT - P["fv_l"] * v + P_l / dt - F_d,
             tau_in=yT + tau_hd, tau_hd=tau_hd, z_l=z_new,
-            tau_mc=-P_m / dt - hd_c, tau_lc=ca.if_else(pre, F_d, -P_l / dt), tau_mv=P["fv_m"] * w, tau_lv=P["fv_l"] * v,
+            tau_mc=-P_m / dt - hd_c, tau_lc=ca.if_else(pre, F_d, -P_l / dt), tau_mv=P["fv_m"] * w,
+            tau_lv=P["fv_l"] * v,
             tau_rip=tau_rip, stick_m=ca.fabs(P_m) < lim, stick_l=ca.fabs(P_l) < lim_l, K_eff=K_eff)
     yv = ca.vertcat(*[out[name] for name, _, _ in L["y"].fields])
     tag = (f"twin_step{n}_{'d' if enabled else 'r'}{'p' if position_control else 'o'}"
