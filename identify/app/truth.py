@@ -27,6 +27,14 @@ _NOT_CONSTANT = {
     "coulomb_asymmetry": "coulomb_asymmetry != 0 -- Coulomb friction differs by direction",
     "friction_drift": "friction_drift != 0 -- Coulomb and viscous friction drift during warm-up",
 }
+#: twin options that make only the link (stage-1) Coulomb friction non-constant
+_NOT_CONSTANT_LINK = {
+    ("link_friction_load_driving", "link_friction_load_braking"):
+        "link_friction_load_driving/braking != 0 -- the link Coulomb level grows with the "
+        "transmitted torque (4-quadrant)",
+    ("presliding_rad",): "presliding_rad != 0 -- Dahl presliding link friction (a friction state, "
+                         "direction memory at rest)",
+}
 
 
 def twin_settings(scn: Scenario, recs: dict | None = None) -> dict | None:
@@ -118,6 +126,9 @@ def true_link_parameters(scn: Scenario, model, settings: dict | None = None,
         active.append(_NOT_CONSTANT["friction_drift"])
     na = {"stage1": [f"{r} (link friction)" for r in active] if on["link_friction"] else [],
           "stage2": [f"{r} (motor friction)" for r in active] if on["motor_friction"] else []}
+    if on["link_friction"]:
+        na["stage1"] += [r for keys, r in _NOT_CONSTANT_LINK.items()
+                         if any(np.any(np.asarray(s.get(k, 0.0) or 0.0, float) != 0) for k in keys)]
     if not drive_model:
         na["stage2"].append("drive_model: false -- the twin has no drive (no motor inertia, "
                             "friction or compliance; tau_m = tau_j), so there are no stage-2 "

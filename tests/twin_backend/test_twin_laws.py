@@ -278,3 +278,32 @@ def test_law_settings_are_checked_and_off_by_default():
                    ("link_friction_load_braking", 0.5)):
         with pytest.raises(ValueError, match=k):
             TwinSettings.from_dict({k: bad})
+
+
+def test_the_identification_truth_reads_the_typed_truth_of_the_new_laws():
+    """identify.app.truth with the recorded DriveTruth of a speed_efficiency + presliding +
+    load-friction run: no constant xi in the stage-2 truth, both stages not applicable with the
+    twin's reasons, coefficients reordered to the model's joints; without a recording (settings
+    only) the link laws still make stage 1 not applicable."""
+    from identify import RobotModel
+    from identify.app.truth import recorded_drive_truth, true_link_parameters
+    from identify.scenario.load import scenario_from_dict
+    from test_twin_helpers import DRIVES, URDF
+    traj = Plateaus(Q0, 1, [0.5], hold_s=0.2, blend_s=0.5)
+    settings = {"reducer_friction_law": "speed_efficiency", "presliding_rad": 5e-4,
+                "link_friction_load_driving": 0.05}
+    be, rec = _run(traj, **settings)
+    traj_spec = {"excitation": {"harmonics": 2, "period_s": 4.0}}
+    scn = scenario_from_dict({"arm": {"urdf": URDF, "drives": DRIVES}, "trajectories": traj_spec})
+    model = RobotModel.from_urdf(URDF)
+    dt = recorded_drive_truth({"excitation": rec})
+    assert dt is rec.drive_truth
+    t = true_link_parameters(scn, model, rec.meta["settings"], drive_truth=dt)
+    assert "xi_opp" not in t.stage2 and "xi_lin" not in t.stage2 and t.law == "speed_efficiency"
+    np.testing.assert_array_equal(t.stage2["f_mc"], be.cfg.drives.motor_coulomb)
+    assert t.applicable == {"stage1": False, "stage2": False}
+    text = " ".join(t.not_applicable["stage1"])
+    assert "presliding_rad" in text and "link_friction_load" in text
+    assert "speed_efficiency" in " ".join(t.not_applicable["stage2"])
+    t0 = true_link_parameters(scn, model, rec.meta["settings"])
+    assert t0.applicable["stage1"] is False and "presliding_rad" in " ".join(t0.not_applicable["stage1"])
