@@ -7,12 +7,14 @@ REFLECTED rotor inertia eta^2 J_m, as the identification's a4 / (1 - xi)) [kg*m^
 [s^2]; stage 1 (link side) ``viscous`` [N*m*s/rad], ``coulomb`` [N*m]. Switched-off sources are 0.
 
 The reducer law (twin.reducer) decides which loss coefficient is a constant truth: ``opposing``
--> xi_opp = xi, xi_lin = 0; ``paper`` -> xi_lin = xi, xi_opp = 0; ``load_speed`` -> none (None),
-its parameters in ``law_params``. ``xi_realized`` is measured on the run's own truth channels
+-> xi_opp = xi, xi_lin = 0; ``paper`` -> xi_lin = xi, xi_opp = 0; ``load_speed`` and
+``speed_efficiency`` -> none (None), their parameters in ``law_params``. ``xi_realized`` is measured on the run's own truth channels
 (sliding motor samples, |tau_in| above 5 % of the joint's largest): for the opposing law
 sum |tau_rf| |tau_in| / sum tau_in^2, for the paper law sum tau_rf tau_in / sum tau_in^2 (and for
-load_speed the opposing-equivalent value, not a truth); ``xi_realized_max_rel_dev`` the largest
-relative deviation of one sample from the law. Both are None where no sample qualifies.
+the other laws the opposing-equivalent value, not a truth); ``xi_realized_max_rel_dev`` the largest
+relative deviation of one sample from the law (None for the other laws). Both are None where no
+sample qualifies. The further laws switched on (load-dependent and presliding link friction,
+ripple, drift) are stated in ``DriveTruth.laws`` (:func:`law_truths`).
 """
 from __future__ import annotations
 
@@ -76,11 +78,10 @@ def realized_xi(law: ReducerLaw, truth: dict, frac: float = 0.05) -> tuple[list,
     return xi_r, dev
 
 
-def drive_truth(cfg, law: ReducerLaw, truth: dict | None = None, cols=None,
-                laws: tuple = ()) -> DriveTruth:
+def drive_truth(cfg, law: ReducerLaw, truth: dict | None = None, cols=None) -> DriveTruth:
     """The :class:`~identify.backend.truth.DriveTruth` of a run with TwinConfig `cfg` and reducer
-    `law`; truth: the run's truth channels (N, k) of the recorded joints `cols` (indices into
-    cfg's joints; None: all); laws: the further laws' truth (:class:`LawTruth`, recorded joints)."""
+    `law` (the further laws from :func:`law_truths`); truth: the run's truth channels (N, k) of
+    the recorded joints `cols` (indices into cfg's joints; None: all)."""
     s, d = cfg.settings, cfg.drives
     idx = np.arange(cfg.n) if cols is None else np.asarray(cols, int)
     dm = bool(s.drive_model)
@@ -94,7 +95,7 @@ def drive_truth(cfg, law: ReducerLaw, truth: dict | None = None, cols=None,
                if (k == "stribeck" and s.stribeck)
                or (k == "coulomb_asymmetry" and np.any(np.asarray(s.coulomb_asymmetry, float) != 0))
                or (k == "friction_drift" and float(s.friction_drift) != 0)]
-    laws = tuple(laws) if laws else law_truths(cfg, idx)
+    laws = law_truths(cfg, idx)
     na = {"stage1": ([f"{r} (link friction)" for r in reasons]
                      + [r for k, r in _LINK_LAWS_NOT_CONSTANT.items()
                         if any(lt.name == k for lt in laws)]) if on["link_friction"] else [],
@@ -121,7 +122,7 @@ def drive_truth(cfg, law: ReducerLaw, truth: dict | None = None, cols=None,
         f_mv=pick(d.motor_viscous * on["motor_friction"]), J_m=pick(J_r), J_m_over_K=pick(J_r / d.stiffness),
         viscous=pick(d.link_viscous * on["link_friction"]), coulomb=pick(d.link_coulomb * on["link_friction"]),
         constant_parameter_truth={k: not v for k, v in na.items()}, not_constant=na,
-        laws=tuple(laws), **kw)
+        laws=laws, **kw)
 
 
 def law_truths(cfg, idx=None) -> tuple:

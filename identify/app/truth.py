@@ -3,9 +3,9 @@ body (URDF inertia + payload in the model's last link frame), link friction (sta
 drive coefficients (stage 2). The drive coefficients come from what the twin reports it simulated,
 ``Recording.drive_truth`` (identify.backend.truth.DriveTruth, filled by twin/truth.py: the reducer
 law's own truth -- xi_opp for the "opposing" law, xi_lin for "paper", none for the laws no fitted
-variant shares), when a
-recording carries it; otherwise (older recordings) from the drive file through the one loader
-(identify.model.drives) and the twin's resolved settings."""
+variant shares; the further laws in ``DriveTruth.laws``), when a recording carries it; otherwise
+(older recordings) from the drive file through the one loader (identify.model.drives) and the
+twin's resolved settings."""
 from __future__ import annotations
 
 import dataclasses
