@@ -275,10 +275,10 @@ class TwinBackend:
             "note": "RMS over the recording of measured minus true value, per joint [N*m]",
             **{ch: np.sqrt(np.mean(e[:, act] ** 2, axis=0)).tolist() for ch, e in inj.items()}}
         # the drive coefficients as simulated (twin.truth; names of docs/joint_models.md)
-        meta["drive_truth"] = drive_truth(cfg, sim.reducer, truth, act)
         return Recording(t=t, q=q_meas, tau_j=tau_meas, i_m=i_meas, tau_m=tau_m_meas,
                          q_cmd=q_cmd, qd=qd_meas, rate_hz=float(s.sample_rate_hz),
-                         joint_names=self.joint_names, meta=meta, truth=truth)
+                         joint_names=self.joint_names, meta=meta, truth=truth,
+                         drive_truth=drive_truth(cfg, sim.reducer, truth, act))
 
     def close(self) -> None:
         if self.sim is not None:

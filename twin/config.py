@@ -88,7 +88,10 @@ class TwinSettings:
             variant), "paper" (xi tau_in, the paper's generative law, the "linear" variant; not
             dissipative when back-driven), "load_speed" (speed-dependent coefficient + Stribeck
             drag from the harmonic-drive literature; no identification variant shares it;
-            parameters in the drive file's ``reducer_friction_laws.load_speed``).
+            parameters in the drive file's ``reducer_friction_laws.load_speed``),
+            "speed_efficiency" (efficiency falling strongly with speed, in the power-flow form:
+            tau_r = eta(w) tau_in driving, tau_in = eta(w) tau_r back-driven; no identification
+            variant shares it; ``reducer_friction_laws.speed_efficiency``).
         stribeck: add a Stribeck peak to the Coulomb terms.
         stribeck_ratio: static / Coulomb friction ratio (>= 1).
         stribeck_velocity_rad_s: Stribeck velocity (link side) [rad/s].
@@ -98,6 +101,14 @@ class TwinSettings:
             motor and link Coulomb (every step) and viscous (with each mass-matrix refresh)
             friction; the harmonic-drive coefficient xi is kept constant.
         friction_drift_time_s: warm-up time constant [s].
+        link_friction_load_driving, link_friction_load_braking: load-dependent link friction
+            [-] (4-quadrant, docs/twin.md "Twin laws"): the link Coulomb level grows by
+            k |tau_r| (tau_r the transmitted torque), k = driving coefficient when tau_r v >= 0
+            (the drive drives the link), braking coefficient when tau_r v < 0; 0..0.2. Not drifted.
+        presliding_rad: Dahl presliding of the link Coulomb friction: displacement constant z0
+            [rad] (1e-4..1e-3 on real joints; 0 = stick-slip Coulomb): z' = v - |v| z / z0,
+            friction F = F_c z / z0 (F_c the Coulomb level with every option above), so the
+            friction keeps the sign of the last motion at standstill (direction memory).
         ripple_Nm: amplitude of the position-dependent torque ripple on the motor side [N*m].
         ripple_cycles_per_motor_rev: ripple periods per motor revolution (2 = harmonic-drive
             kinematic error at twice the wave-generator speed).
@@ -151,6 +162,9 @@ class TwinSettings:
     coulomb_asymmetry: object = 0.0
     friction_drift: float = 0.0
     friction_drift_time_s: float = 60.0
+    link_friction_load_driving: object = 0.0
+    link_friction_load_braking: object = 0.0
+    presliding_rad: object = 0.0
     ripple_Nm: object = 0.0
     ripple_cycles_per_motor_rev: float = 2.0
     backlash_rad: object = 0.0
@@ -234,6 +248,11 @@ class TwinSettings:
             raise ValueError(f"{where}.stribeck_ratio must be >= 1")
         if np.any(np.asarray(self.stribeck_velocity_rad_s, float) <= 0):
             raise ValueError(f"{where}.stribeck_velocity_rad_s must be > 0")
+        for k, hi in (("link_friction_load_driving", 0.2), ("link_friction_load_braking", 0.2),
+                      ("presliding_rad", 0.01)):
+            a = np.asarray(getattr(self, k), float)
+            if np.any(a < 0) or np.any(a > hi):
+                raise ValueError(f"{where}.{k}={getattr(self, k)!r}: must be within 0..{hi}")
         if np.any(np.asarray(self.backlash_rad, float) < 0):
             raise ValueError(f"{where}.backlash_rad must be >= 0")
         for k in ("io_delay_s", "settle_s"):

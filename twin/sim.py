@@ -160,6 +160,9 @@ class TwinSim(StateReadout):
         self.stribeck = bool(s.stribeck)
         self.str_ratio = s.per_joint("stribeck_ratio", n)
         self.str_v = s.per_joint("stribeck_velocity_rad_s", n)
+        self.link_load = (s.per_joint("link_friction_load_driving", n) * (1.0 if s.link_friction else 0.0),
+                          s.per_joint("link_friction_load_braking", n) * (1.0 if s.link_friction else 0.0))
+        self.presliding = s.per_joint("presliding_rad", n) * (1.0 if s.link_friction else 0.0)
         self.ripple = s.per_joint("ripple_Nm", n)
         self._ripple_k = float(s.ripple_cycles_per_motor_rev) * d.gear_ratio
         self.backlash = 0.5 * s.per_joint("backlash_rad", n)
@@ -214,7 +217,7 @@ class TwinSim(StateReadout):
         #: without the position loop
         self.loop_radius = None
         lx, ly = lay["x"], lay["y"]
-        # commit: y's first five blocks (w, qm, tau_r, integ, qc) are x's blocks w .. qc_prev
+        # commit: y's first six blocks (w, qm, tau_r, integ, z_l, qc) are x's blocks w .. qc_prev
         self._commit_x = slice(lx.slice("w").start, lx.slice("qc_prev").stop)
         self._commit_y = slice(0, ly.slice("qc").stop)
         self._qv = slice(0, 2 * n)
@@ -235,6 +238,8 @@ class TwinSim(StateReadout):
         c["str_ratio"][:] = self.str_ratio if self.stribeck else 1.0
         c["str_v"][:] = self.str_v
         c["ripple"][:], c["ripple_k"][:] = self.ripple, self._ripple_k
+        c["ll_drv"][:], c["ll_brk"][:] = self.link_load
+        c["pre_z0"][:] = self.presliding
         c["backlash"][:], c["K"][:] = self.backlash, self.K
         c["drift"][:], c["drift_T"][:], c["dt"][:] = self.drift, self.drift_T, dt
         c["tau_lim"][:] = np.inf if self.tau_lim is None else self.tau_lim

@@ -54,37 +54,41 @@ def step_layouts(n: int, enabled: bool = True) -> dict:
     """Layouts of the compiled step's vectors for n joints (enabled: the drive model is on):
 
     x (per step, [SI]): link q, v; motor angle/velocity qm, w; spring torque tau_r; PID integral;
-        previous and current command qc_prev, qc; feed-forward tau_ff; bias h(q, v); time t;
+        the link friction's presliding (Dahl) displacement z_l [rad]; previous and current
+        command qc_prev, qc; feed-forward tau_ff; bias h(q, v); time t;
         joint torque of external contact forces tau_ext (twin.contacts; the link equation is
         M qdd + h = tau_l + tau_ext).
     c (per run): controller coefficients (u = c1 qc + c2 qc_prev + c3 qm + c4 w + c5 tau_r +
         c6 integral, integral += b1 qc + b3 qm + b5 tau_r), torque limit, friction laws, ripple,
         backlash, stiffness, the reducer law's parameters (twin.reducer.step_parameters: hd_mu0,
         hd_mu1, hd_w_mu, hd_F0, hd_w_s of the opposing part, hd_gam = 1/(1 - xi_lin) of the
-        linear part), dt, standard inertial parameters theta (10n, for the bias h).
+        linear part, hd_pf = 1 for the power-flow form), the load-dependent link Coulomb
+        coefficients ll_drv / ll_brk [-] (tau_r w >= 0 / < 0), the link friction's Dahl
+        displacement constant pre_z0 [rad] (0: stick-slip Coulomb instead), dt, standard inertial parameters theta (10n, for the bias h).
     p (per mass-matrix refresh, from TwinSim._build_matrices): the maps A, Cm, Cl, the link
         Delassus matrix W and the per-joint friction constants. Rigid joints (enabled False):
         only the position loop's output map Mc (n x n: tau_m = Mc u + tau_ff; the mass matrix
         for the decoupled loop, the identity for per-joint gains, see :func:`rigid_gains`) and
         K_used.
-    y (output): the new w, qm, tau_r, integral and command (in the order of x, to commit with one
-        copy), then every recorded torque/flag channel, the start-of-step v (for qdd), the
+    y (output): the new w, qm, tau_r, integral, z_l and command (in the order of x, to commit with
+        one copy), then every recorded torque/flag channel, the start-of-step v (for qdd), the
         effective stiffness, two flags (non-finite input, effective stiffness changed), and the
         start-of-period q, w, qm and previous command (so one row after the period holds the
         aligned sample of the period, see TwinSim.channels).
     """
     v = lambda *names: [(nm, n, 1) for nm in names]          # noqa: E731
     return {
-        "x": Layout(v("q", "v", "w", "qm", "tau_r", "integ", "qc_prev", "qc", "tau_ff", "h")
+        "x": Layout(v("q", "v", "w", "qm", "tau_r", "integ", "z_l", "qc_prev", "qc", "tau_ff", "h")
                     + [("t", 1, 1)] + v("tau_ext")),
         "c": Layout(v("c1", "c2", "c3", "c4", "c5", "c6", "b1", "b3", "b5", "tau_lim", "fc_m",
                       "fc_l", "asym", "str_ratio", "str_v", "ripple", "ripple_k", "backlash", "K",
-                      "hd_mu0", "hd_mu1", "hd_w_mu", "hd_F0", "hd_w_s", "hd_gam")
+                      "hd_mu0", "hd_mu1", "hd_w_mu", "hd_F0", "hd_w_s", "hd_gam", "hd_pf",
+                      "ll_drv", "ll_brk", "pre_z0")
                     + [("drift", 1, 1), ("drift_T", 1, 1), ("dt", 1, 1), ("theta", 10 * n, 1)]),
         "p": (Layout([("A", 6 * n, 6 * n), ("Cm", 6 * n, n), ("Cl", 6 * n, n), ("W", n, n)]
                      + v("nWm", "nWl", "fv_m", "fv_l", "K_used")) if enabled
               else Layout([("Mc", n, n)] + v("K_used"))),
-        "y": Layout(v("w", "qm", "tau_r", "integ", "qc", "tau_l", "tau_m", "tau_in", "tau_mc",
+        "y": Layout(v("w", "qm", "tau_r", "integ", "z_l", "qc", "tau_l", "tau_m", "tau_in", "tau_mc",
                       "tau_mv", "tau_hd", "tau_rip", "tau_lc", "tau_lv", "stick_m", "stick_l",
                       "tau_ff", "v_prev", "K_eff")
                     + [("bad_input", 1, 1), ("k_changed", 1, 1)]
@@ -100,6 +104,100 @@ def _clip(x, lim):
 def _coulomb_level_sx(fc, v, asym, ratio, v_s):
     """coulomb_level for CasADi (asymmetry 0 and ratio 1 reproduce fc exactly)."""
     return fc * (1.0 + asym * ca.sign(v)) * (1.0 + (ratio - 1.0) * ca.exp(-(v / v_s) ** 2))
+
+
+def _link_level(C, fs, vel, T):
+    """Link Coulomb level [N*m] at link velocity vel and transmitted torque T (n,): the constant
+    part (Stribeck, asymmetry, drift scale fs) + the load-dependent part k |T|, k = ll_drv when
+    the transmitted torque drives the link (T vel >= 0), ll_brk when it brakes it (4-quadrant)."""
+    k = ca.if_else(T * vel >= 0, C["ll_drv"], C["ll_brk"])
+    return _coulomb_level_sx(C["fc_l"] * fs, vel, C["asym"], C["str_ratio"], C["str_v"]) + k * ca.fabs(T)
+
+
+def _presliding(C, fs, z, v, tau_r, dt):
+    """Dahl presliding link friction where pre_z0 > 0: (flags, new state z+ [rad], friction F
+    [N*m]). z' = v - |v| z / z0 integrated exactly over the period at the start velocity v (the
+    link's own displacement of the period, symplectic Euler), F = level(v, tau_r) z+ / z0; F acts
+    on the link like a bias (explicit: its stiffness level / z0 is small next to K) and the
+    joint's stick-slip Coulomb is then off. Elsewhere z+ = 0 and F = 0 (selected, not computed)."""
+    zero = ca.SX.zeros(v.shape[0])
+    pre = C["pre_z0"] > 0
+    z0 = ca.if_else(pre, C["pre_z0"], 1.0)
+    sv = ca.sign(v)
+    z_new = ca.if_else(pre, sv * z0 + (z - sv * z0) * ca.exp(-ca.fabs(v) * dt / z0), zero)
+    return pre, z_new, ca.if_else(pre, _link_level(C, fs, v, tau_r) * z_new / z0, zero)
+
+
+def _link_stick_slip(W, nWl, v_s, lim_l):
+    """Link-side Coulomb impulses P_l (n,) [N*m*s]: per-joint estimate, then the stuck set S
+    solved exactly, W_SS P_S = -(v_S + W_S,slip P_slip), as the SPD system [[W_SS, 0], [0, I]]
+    (W the link Delassus matrix, nWl = -1 / diag(W), v_s the predicted link velocity)."""
+    n = v_s.shape[0]
+    zero = ca.SX.zeros(n)
+    P_l = _clip(v_s * nWl, lim_l)
+    s = ca.fabs(P_l) < lim_l
+    slip_P = ca.if_else(s, zero, P_l)
+    rhs = ca.if_else(s, -(v_s + ca.mtimes(W, slip_P)), zero)
+    Ws = ca.SX(n, n)
+    for i in range(n):
+        for j in range(n):
+            Ws[i, j] = ca.if_else(s[i] * s[j], W[i, j], 1.0 if i == j else 0.0)
+    P_S = _spd_solve(Ws, rhs)
+    return _clip(ca.if_else(s, P_S, P_l), lim_l)
+
+
+def _reducer_coefficients(C, yw, wa, gT):
+    """The reducer law at predicted motor velocity yw (|yw| = wa): drag F0 [N*m] and the
+    own-joint solve's coefficients k_drv = mu / (1 - mu (1 - g)) (driving) and
+    k_bck = mu_b / (1 + mu_b (1 - g)) (back-driven), mu_b = mu / (1 - mu) in the power-flow form
+    (hd_pf > 0: tau_in = (1 - mu) tau_r), else mu; g = gT the own joint's gain."""
+    mu = C["hd_mu0"] + C["hd_mu1"] * (1.0 - ca.exp(-wa / C["hd_w_mu"]))
+    F0 = C["hd_F0"] * ca.exp(-(yw / C["hd_w_s"]) ** 2)
+    k_drv = mu / (1.0 - mu * (1.0 - gT))
+    mu_b = ca.if_else(C["hd_pf"] > 0, mu / (1.0 - mu), mu)
+    return F0, k_drv, mu_b / (1.0 + mu_b * (1.0 - gT))
+
+
+def _motor_stick_slip(C, nWm, Cmw, CmT, yw, yT, dtFmc, dt):
+    """Motor-side stick-slip with the reducer's Coulomb-type loss, per joint: (w+, tau_r+, motor
+    friction impulse P_m [N*m*s], its limit, reducer loss part hd_c [N*m]) from the predicted
+    motor velocity yw and spring torque yT (after the link impulses), the motor Coulomb impulse
+    limit dtFmc and the rows Cmw, CmT of the motor impulse map.
+
+    Reducer law (twin.reducer): tau_r = tau_in - s (F0(w) + mu(w) |tau_in|), s = sign(w),
+    evaluated EXACTLY at the end-of-step spring torque tau_r+, which itself moves with the
+    friction impulse: tau_r+ = T - s g (F_mc + F_hd) + (other joints' impulses), g the own
+    joint's gain (dt * dtau_r/dP). Solving the piecewise-linear own-joint equation:
+      z = s T - g F_mc + (1 - g) F0,  F_hd = F0 + |z| mu / (1 -+ mu (1 - g))
+    (- : driving, z >= 0; + : back-driven, mu_b there, see _reducer_coefficients). Pass 1 with T
+    the prediction, pass 2 with T including the other joints' pass-1 impulses (coupling up to
+    45 % of the own gain on the reference arm), so the law holds to second order in the coupling."""
+    zero = ca.SX.zeros(yw.shape[0])
+    gT = dt * ca.diag(CmT)
+    sw = ca.sign(yw)
+    wa = ca.fabs(yw)
+    F0, k_drv, k_bck = _reducer_coefficients(C, yw, wa, gT)
+    Fmc = dtFmc / dt
+
+    def limit(T):
+        z = sw * T - gT * Fmc + (1.0 - gT) * F0
+        return dtFmc + dt * (F0 + ca.fabs(z) * ca.if_else(z >= 0, k_drv, k_bck))
+
+    lim1 = limit(yT)
+    P_1 = _clip(yw * nWm, lim1)
+    yw1 = yw + ca.mtimes(Cmw, P_1)
+    yT1 = yT + ca.mtimes(CmT, P_1)
+    lim = limit(yT1 - ca.diag(CmT) * P_1)
+    # second pass: the law's limit with the coupling, and the stuck joints' holding impulse
+    # corrected for the other joints' impulses (one Jacobi step)
+    P_m = _clip(P_1 + yw1 * nWm, lim)
+    yw = yw + ca.mtimes(Cmw, P_m)
+    yT = yT + ca.mtimes(CmT, P_m)
+    share = ca.if_else(lim > 0, (lim - dtFmc) / ca.if_else(lim > 0, lim, 1.0), zero)
+    # reducer loss tau_rf = tau_in - tau_r: the Coulomb-type part (share of the friction
+    # impulse) + the linear part xi_lin tau_in = (gam - 1) tau_r (paper law)
+    hd_c = -P_m / dt * share
+    return yw, yT, P_m, lim, hd_c
 
 
 def _spd_solve(A, b):
@@ -169,7 +267,7 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
     else:
         tau_m = ff
         integ_new = integ
-    out = {"integ": integ_new, "qc": qc, "tau_m": tau_m, "tau_ff": ff, "v_prev": v, "q_prev": q,
+    out = {"integ": integ_new, "z_l": X["z_l"], "qc": qc, "tau_m": tau_m, "tau_ff": ff, "v_prev": v, "q_prev": q,
            "w_prev": w, "qm_prev": qm, "qc_prev": X["qc_prev"], "tau_ext": X["tau_ext"],
            "bad_input": bad, "k_changed": ca.SX(0)}
     if not enabled:
@@ -189,7 +287,9 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
             K_eff = P["K_used"]
         tau_rip = C["ripple"] * ca.sin(C["ripple_k"] * qm)
         tau_me = tau_m - tau_rip
-        h = (X["h"] if regressor is None else regressor(q, v, C["theta"])) - X["tau_ext"]
+        fs = 1.0 + C["drift"] * (1.0 - ca.exp(-X["t"] / C["drift_T"]))
+        pre, z_new, F_d = _presliding(C, fs, X["z_l"], v, tau_r, dt)
+        h = (X["h"] if regressor is None else regressor(q, v, C["theta"])) - X["tau_ext"] + F_d
         # Only the rows the period needs are evaluated: motor velocity w+, link velocity v+ (for
         # the link friction) and spring torque tau_r+ of Y = A [v, w, qm, q, tau_me, h]; the
         # columns of qm and q are +-Ae (only the deflection e = qm - q enters), tau_l follows from
@@ -202,66 +302,23 @@ def step_function(n: int, *, enabled: bool, position_control: bool, backlash: bo
         yw = ca.mtimes(cols(A[rw, :]), xin)
         v_s = ca.mtimes(cols(A[rv, :]), xin)
         yT = ca.mtimes(cols(A[rT, :]), xin)
-        fs = 1.0 + C["drift"] * (1.0 - ca.exp(-X["t"] / C["drift_T"]))
-        lim_l = dt * _coulomb_level_sx(C["fc_l"] * fs, v_s, C["asym"], C["str_ratio"], C["str_v"])
+        # (load part at the start-of-period transmitted torque: the step's own prediction yT
+        # still lacks the friction impulses, which shift it by up to ~10 % on the shoulder)
+        lim_l = ca.if_else(pre, zero, dt * _link_level(C, fs, v_s, tau_r))
         dtFmc = dt * _coulomb_level_sx(C["fc_m"] * fs, yw, C["asym"], C["str_ratio"], C["str_v"])
         # link-side Coulomb: per-joint estimate, then the stuck set S solved exactly,
         # W_SS P_S = -(v_S + W_S,slip P_slip), as the SPD system [[W_SS, 0], [0, I]]
-        W = P["W"]
-        P_l = _clip(v_s * P["nWl"], lim_l)
-        s = ca.fabs(P_l) < lim_l
-        slip_P = ca.if_else(s, zero, P_l)
-        rhs = ca.if_else(s, -(v_s + ca.mtimes(W, slip_P)), zero)
-        Ws = ca.SX(n, n)
-        for i in range(n):
-            for j in range(n):
-                Ws[i, j] = ca.if_else(s[i] * s[j], W[i, j], 1.0 if i == j else 0.0)
-        P_S = _spd_solve(Ws, rhs)
-        P_l = _clip(ca.if_else(s, P_S, P_l), lim_l)
+        P_l = _link_stick_slip(P["W"], P["nWl"], v_s, lim_l)
         yw = yw + ca.mtimes(Cl[rw, :], P_l)
         yT = yT + ca.mtimes(Cl[rT, :], P_l)
-        # motor side: motor Coulomb + the reducer's Coulomb-type loss, stick-slip per joint.
-        # Reducer law (twin.reducer): tau_r = tau_in - s (F0(w) + mu(w) |tau_in|), s = sign(w),
-        # evaluated EXACTLY at the end-of-step spring torque tau_r+, which itself moves with the
-        # friction impulse: tau_r+ = T - s g (F_mc + F_hd) + (other joints' impulses), g the own
-        # joint's gain (dt * dtau_r/dP). Solving the piecewise-linear own-joint equation:
-        #   z = s T - g F_mc + (1 - g) F0,  F_hd = F0 + |z| mu / (1 -+ mu (1 - g))
-        # (- : driving, z >= 0; + : back-driven). Pass 1 with T the prediction, pass 2 with T
-        # including the other joints' pass-1 impulses (coupling up to 45 % of the own gain on the
-        # reference arm), so the law holds to second order in the coupling.
-        Cmw, CmT = Cm[rw, :], Cm[rT, :]
-        gT = dt * ca.diag(CmT)
-        sw = ca.sign(yw)
-        wa = ca.fabs(yw)
-        mu = C["hd_mu0"] + C["hd_mu1"] * (1.0 - ca.exp(-wa / C["hd_w_mu"]))
-        F0 = C["hd_F0"] * ca.exp(-(yw / C["hd_w_s"]) ** 2)
-        Fmc = dtFmc / dt
-        k_drv = mu / (1.0 - mu * (1.0 - gT))
-        k_bck = mu / (1.0 + mu * (1.0 - gT))
-
-        def limit(T):
-            z = sw * T - gT * Fmc + (1.0 - gT) * F0
-            return dtFmc + dt * (F0 + ca.fabs(z) * ca.if_else(z >= 0, k_drv, k_bck))
-
-        lim1 = limit(yT)
-        P_1 = _clip(yw * P["nWm"], lim1)
-        yw1 = yw + ca.mtimes(Cmw, P_1)
-        yT1 = yT + ca.mtimes(CmT, P_1)
-        lim = limit(yT1 - ca.diag(CmT) * P_1)
-        # second pass: the law's limit with the coupling, and the stuck joints' holding impulse
-        # corrected for the other joints' impulses (one Jacobi step)
-        P_m = _clip(P_1 + yw1 * P["nWm"], lim)
-        yw = yw + ca.mtimes(Cmw, P_m)
-        yT = yT + ca.mtimes(CmT, P_m)
-        share = ca.if_else(lim > 0, (lim - dtFmc) / ca.if_else(lim > 0, lim, 1.0), zero)
-        # reducer loss tau_rf = tau_in - tau_r: the Coulomb-type part (share of the friction
-        # impulse) + the linear part xi_lin tau_in = (gam - 1) tau_r (paper law)
-        hd_c = -P_m / dt * share
+        # motor side: motor Coulomb + the reducer's Coulomb-type loss (see _motor_stick_slip)
+        yw, yT, P_m, lim, hd_c = _motor_stick_slip(C, P["nWm"], Cm[rw, :], Cm[rT, :], yw, yT, dtFmc, dt)
         tau_hd = hd_c + (C["hd_gam"] - 1.0) * yT
         out.update(
-            w=yw, qm=qm + dt * yw, tau_r=yT, tau_l=yT - P["fv_l"] * v + P_l / dt,
-            tau_in=yT + tau_hd, tau_hd=tau_hd,
-            tau_mc=-P_m / dt - hd_c, tau_lc=-P_l / dt, tau_mv=P["fv_m"] * w, tau_lv=P["fv_l"] * v,
+            w=yw, qm=qm + dt * yw, tau_r=yT, tau_l=yT - P["fv_l"] * v + P_l / dt - F_d,
+            tau_in=yT + tau_hd, tau_hd=tau_hd, z_l=z_new,
+            tau_mc=-P_m / dt - hd_c, tau_lc=ca.if_else(pre, F_d, -P_l / dt), tau_mv=P["fv_m"] * w,
+            tau_lv=P["fv_l"] * v,
             tau_rip=tau_rip, stick_m=ca.fabs(P_m) < lim, stick_l=ca.fabs(P_l) < lim_l, K_eff=K_eff)
     yv = ca.vertcat(*[out[name] for name, _, _ in L["y"].fields])
     tag = (f"twin_step{n}_{'d' if enabled else 'r'}{'p' if position_control else 'o'}"

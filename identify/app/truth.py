@@ -1,15 +1,17 @@
 """Ground truth the twin knows, for judging an identification on twin data: the link-side rigid
 body (URDF inertia + payload in the model's last link frame), link friction (stage 1) and the
 drive coefficients (stage 2). The drive coefficients come from what the twin reports it simulated,
-``Recording.meta["drive_truth"]`` (twin/truth.py: the reducer law's own truth -- xi_opp for the
-"opposing" law, xi_lin for "paper", none for "load_speed", which no fitted variant shares), when a
-recording carries it; otherwise (older recordings) from the drive file through the one loader
-(identify.model.drives) and the twin's resolved settings."""
+``Recording.drive_truth`` (identify.backend.truth.DriveTruth, filled by twin/truth.py: the reducer
+law's own truth -- xi_opp for the "opposing" law, xi_lin for "paper", none for the laws no fitted
+variant shares; the further laws in ``DriveTruth.laws``), when a recording carries it; otherwise
+(older recordings) from the drive file through the one loader (identify.model.drives) and the
+twin's resolved settings."""
 from __future__ import annotations
 
 
 import numpy as np
 
+from identify.backend.truth import DriveTruth
 from identify.model.drives import load_drives
 from identify.model.payload import payload_in_model_frame
 from identify.backend.interface import resolved_settings
@@ -22,6 +24,14 @@ _NOT_CONSTANT = {
     "stribeck": "stribeck: true -- the Coulomb level depends on speed (Stribeck peak)",
     "coulomb_asymmetry": "coulomb_asymmetry != 0 -- Coulomb friction differs by direction",
     "friction_drift": "friction_drift != 0 -- Coulomb and viscous friction drift during warm-up",
+}
+#: twin options that make only the link (stage-1) Coulomb friction non-constant
+_NOT_CONSTANT_LINK = {
+    ("link_friction_load_driving", "link_friction_load_braking"):
+        "link_friction_load_driving/braking != 0 -- the link Coulomb level grows with the "
+        "transmitted torque (4-quadrant)",
+    ("presliding_rad",): "presliding_rad != 0 -- Dahl presliding link friction (a friction state, "
+                         "direction memory at rest)",
 }
 
 
@@ -42,53 +52,38 @@ def recorded_settings(recs: dict) -> bool:
                for r in recs.values())
 
 
-def recorded_drive_truth(recs: dict | None) -> dict | None:
-    """The twin's ``meta["drive_truth"]`` of the first recording carrying one, else None."""
+def recorded_drive_truth(recs: dict | None) -> DriveTruth | None:
+    """The twin's ``Recording.drive_truth`` of the first recording carrying one, else None."""
     for rec in (recs or {}).values():
-        dt = (getattr(rec, "meta", None) or {}).get("drive_truth")
-        if isinstance(dt, dict):
+        dt = getattr(rec, "drive_truth", None)
+        if isinstance(dt, DriveTruth):
             return dt
     return None
 
 
-def _apply_drive_truth(truth: Truth, dt: dict, joint_names: list) -> Truth:
+def _apply_drive_truth(truth: Truth, dt: DriveTruth, joint_names: list) -> Truth:
     """Replace the drive-file stage-1 friction and stage-2 coefficients of `truth` by the twin's
-    recorded ``drive_truth`` (reordered to `joint_names`); a coefficient the law has no constant
-    truth for (xi of load_speed: None) is left out, and stage 2 is not applicable when the twin
+    recorded drive truth (reordered to `joint_names`); a coefficient the law has no constant
+    truth for (xi of load_speed: None) is left out, and a stage is not applicable when the twin
     says so (``constant_parameter_truth``)."""
-    order = [list(dt["joints"]).index(j) for j in joint_names]
-
-    def pick(key):
-        v = dt.get(key)
-        if v is None or any(x is None for x in v):
-            return None
-        return np.asarray(v, float)[order]
-    stage2 = {}
-    for key in ("xi_opp", "xi_lin", "f_mc", "f_mv", "J_m", "J_m/K"):
-        v = pick(key)
-        if v is not None:
-            stage2[key] = v
-    truth.stage2 = stage2
+    truth.stage2 = {k: v for k in ("xi_opp", "xi_lin", "f_mc", "f_mv", "J_m", "J_m/K")
+                    if (v := dt.coefficient(k, joint_names)) is not None}
     for key in ("viscous", "coulomb"):
-        v = pick(key)
-        if v is not None:
-            setattr(truth, key, v)
-    cpt = dt.get("constant_parameter_truth") or {}
-    nc = dt.get("not_constant") or {}
+        setattr(truth, key, dt.coefficient(key, joint_names))
     for stage in ("stage1", "stage2"):
-        if cpt.get(stage) is False:
+        if dt.constant_parameter_truth.get(stage) is False:
             truth.applicable[stage] = False
-            reasons = [str(r) for r in nc.get(stage) or []] or ["the twin reports no constant "
-                                                                "parameter truth"]
+            reasons = [str(r) for r in dt.not_constant.get(stage) or []] or [
+                "the twin reports no constant parameter truth"]
             truth.not_applicable[stage] = list(dict.fromkeys(
                 list(truth.not_applicable.get(stage, [])) + reasons))
-    truth.law = dt.get("law")
+    truth.law = dt.law
     truth.note += f"; drive coefficients as simulated (reducer law {truth.law})"
     return truth
 
 
 def true_link_parameters(scn: Scenario, model, settings: dict | None = None,
-                         drive_truth: dict | None = None) -> Truth | None:
+                         drive_truth: DriveTruth | None = None) -> Truth | None:
     """The twin's ground truth for `model` under the twin's resolved `settings`
     (:func:`twin_settings`; None: resolve the scenario's).
 
@@ -96,7 +91,7 @@ def true_link_parameters(scn: Scenario, model, settings: dict | None = None,
     say when a twin option makes a constant-parameter truth meaningless (Stribeck, Coulomb
     asymmetry, friction drift on an active friction source; drive_model false for stage 2; a
     reducer law without a constant-parameter truth). `drive_truth`: the twin's
-    ``Recording.meta["drive_truth"]`` (:func:`recorded_drive_truth`), which replaces the drive
+    ``Recording.drive_truth`` (:func:`recorded_drive_truth`), which replaces the drive
     file's link friction and stage-2 coefficients (the twin's truth is what it simulates).
     None when no truth can be known (hardware, no drive file, twin settings unknown)."""
     if scn.backend != "twin" or scn.arm.drives is None:
@@ -124,6 +119,9 @@ def true_link_parameters(scn: Scenario, model, settings: dict | None = None,
         active.append(_NOT_CONSTANT["friction_drift"])
     na = {"stage1": [f"{r} (link friction)" for r in active] if on["link_friction"] else [],
           "stage2": [f"{r} (motor friction)" for r in active] if on["motor_friction"] else []}
+    if on["link_friction"]:
+        na["stage1"] += [r for keys, r in _NOT_CONSTANT_LINK.items()
+                         if any(np.any(np.asarray(s.get(k, 0.0) or 0.0, float) != 0) for k in keys)]
     if not drive_model:
         na["stage2"].append("drive_model: false -- the twin has no drive (no motor inertia, "
                             "friction or compliance; tau_m = tau_j), so there are no stage-2 "

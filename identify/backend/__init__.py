@@ -7,5 +7,6 @@ estimation, validation or app. ``from identify.backend import load_backend`` kee
 (re-export; it was a module before the stage layout)."""
 from .interface import Backend, Trajectory, load_backend, preflight
 from .recording import Recording
+from .truth import DriveTruth, LawTruth
 
-__all__ = ["Backend", "Trajectory", "load_backend", "preflight", "Recording"]
+__all__ = ["Backend", "Trajectory", "load_backend", "preflight", "Recording", "DriveTruth", "LawTruth"]

@@ -47,6 +47,8 @@ import numpy as np
 from identify.common.fileio import atomic_savez
 from identify.common.jsonutil import to_jsonable
 
+from .truth import DriveTruth
+
 FORMAT_VERSION = 1
 
 # Channels that are (N, n) arrays; `t` is (N,). Optional channels may be None.
@@ -76,6 +78,9 @@ class Recording:
         meta:   JSON-serialisable metadata (arm, backend, seed, settings, trajectory).
         truth:  ground truth known only to a simulator: name -> (N, ...) array. Never read by
                 identification code.
+        drive_truth: the simulator's drive coefficients and laws as simulated
+                (:class:`identify.backend.truth.DriveTruth`), or None. Never read by
+                identification code.
     """
 
     t: np.ndarray
@@ -91,6 +96,7 @@ class Recording:
     late: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
     truth: dict[str, np.ndarray] = field(default_factory=dict)
+    drive_truth: DriveTruth | None = None
 
     def __post_init__(self):
         self.t = np.asarray(self.t, dtype=float)
@@ -169,6 +175,8 @@ class Recording:
 def _to_arrays(rec: Recording) -> dict[str, np.ndarray]:
     header = {"format": "twinid-recording", "version": FORMAT_VERSION,
               "rate_hz": rec.rate_hz, "joint_names": list(rec.joint_names), "meta": rec.meta}
+    if rec.drive_truth is not None:
+        header["drive_truth"] = rec.drive_truth.to_dict()
     # non-finite metadata (e.g. an unlimited joint range) round-trips: Python's json writes and
     # reads NaN / Infinity
     plain = to_jsonable(header, nonfinite="keep", where="recording header")
@@ -193,9 +201,13 @@ def _from_arrays(data: dict[str, np.ndarray], where: str) -> Recording:
                          f"this program's ({FORMAT_VERSION})")
     kw = {name: data.get(name) for name in _CHANNELS + ("late",)}
     truth = {k[len("truth/"):]: v for k, v in data.items() if k.startswith("truth/")}
+    meta = dict(header.get("meta") or {})
+    # files written before DriveTruth kept the drive truth as a dict in meta["drive_truth"]
+    dt = header.get("drive_truth", meta.pop("drive_truth", None))
+    dt = None if dt is None else DriveTruth.from_dict(dt, f"{where}: drive_truth")
     return Recording(t=data["t"], rate_hz=float(header["rate_hz"]),
-                     joint_names=list(header["joint_names"]), meta=header.get("meta", {}),
-                     truth=truth, **kw)
+                     joint_names=list(header["joint_names"]), meta=meta,
+                     truth=truth, drive_truth=dt, **kw)
 
 
 class ChunkWriter:

@@ -104,7 +104,7 @@ def load_log(spec: LogSpec, joint_names, *, gains=None, where: str | None = None
         t, ch = rec.t, {c: getattr(rec, c) for c in CHANNELS}
         if ch["tau_m"] is None and ch["i_m"] is not None:
             ch["tau_m"] = ch["i_m"] * _gains(spec, gains, n, where)
-        meta, row0 = dict(rec.meta), 0
+        meta, row0, dtruth = dict(rec.meta), 0, rec.drive_truth
     else:
         if spec.columns is None and spec.preset is None and fmt != "text":
             raise LogError(f"{where}: a {fmt} log needs a column mapping (fit.*.columns) or a "
@@ -123,7 +123,7 @@ def load_log(spec: LogSpec, joint_names, *, gains=None, where: str | None = None
                     ch[c] = np.deg2rad(ch[c])
         if ch["i_m"] is not None and ch["tau_m"] is None:
             ch["tau_m"] = ch["i_m"] * _gains(spec, gains, n, where)
-        meta = {}
+        meta, dtruth = {}, None
     _check(t, ch, where, fmt, row0)
     win = select_window(spec, t, where)
     if win != slice(0, t.shape[0]):
@@ -156,7 +156,7 @@ def load_log(spec: LogSpec, joint_names, *, gains=None, where: str | None = None
                               if getattr(spec, k) is not None} or None,
                    "channels": [k for k, v in ch.items() if v is not None]}
     return Recording(t=t, q=ch["q"], rate_hz=rate, joint_names=names, tau_j=ch["tau_j"],
-                     i_m=ch["i_m"], tau_m=ch["tau_m"], qd=ch["qd"], meta=meta)
+                     i_m=ch["i_m"], tau_m=ch["tau_m"], qd=ch["qd"], meta=meta, drive_truth=dtruth)
 
 
 # ------------------------------------------------------------------------------------------------

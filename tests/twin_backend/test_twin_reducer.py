@@ -3,7 +3,7 @@
 Each law is checked on the twin's own truth channels of a 1 kHz run with ideal sensors: the loss
 tau_rf = tau_in - tau_r ("tau_hd") of every sliding period against the law's closed form, its
 power against the motion (a dissipative loss never does positive work), and the reported
-``rec.meta["drive_truth"]`` against the drive file.
+``rec.drive_truth`` (identify.backend.truth.DriveTruth) against the drive file.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_opposing_law_holds_in_every_sliding_period_and_truth_is_the_drive_file(
     s = np.sign(T["qd_m"][1:])
     assert np.all((np.sign(T["tau_hd"][:-1]) == s)[ok[:-1] & (s != 0)])
     assert _loss_power(T).min() > -P_TOL
-    dt = rec.meta["drive_truth"]
+    dt = rec.drive_truth.to_dict()
     assert dt["law"] == "opposing" and dt["shared_with_variant"] == "opposing" and dt["dissipative"]
     np.testing.assert_allclose(dt["xi_opp"], xi, rtol=0, atol=1e-15)
     np.testing.assert_array_equal(dt["xi_lin"], np.zeros(6))
@@ -66,7 +66,7 @@ def test_opposing_law_holds_in_every_sliding_period_and_truth_is_the_drive_file(
 def test_drive_truth_names_every_coefficient_from_the_drive_file(runs):
     from identify.model.drives import load_drives
     _, rec = runs["opposing"]
-    dt = rec.meta["drive_truth"]
+    dt = rec.drive_truth.to_dict()
     d = load_drives(DRIVES, [f"joint{k}" for k in range(1, 7)])
     np.testing.assert_allclose(dt["f_mc"], d.array("motor_coulomb"))
     np.testing.assert_allclose(dt["f_mv"], d.array("motor_viscous"))
@@ -90,7 +90,7 @@ def test_paper_law_is_exact_and_does_positive_work_exactly_when_back_driven(runs
     back = T["tau_in"][:-1] * T["qd_m"][1:] < 0
     big = np.abs(P) > P_TOL
     assert np.all((P < 0)[big] == back[big]) and np.any(back & big)
-    dt = rec.meta["drive_truth"]
+    dt = rec.drive_truth.to_dict()
     assert dt["shared_with_variant"] == "linear" and dt["dissipative"] is False
     np.testing.assert_allclose(dt["xi_lin"], xi)
     np.testing.assert_array_equal(dt["xi_opp"], np.zeros(6))
@@ -123,7 +123,7 @@ def test_load_speed_law_matches_its_closed_form_and_never_does_positive_work(run
         m = ok[:, j]
         x = a[m, j] @ b[m, j] / (a[m, j] @ a[m, j])
         assert (np.abs(x * a[m, j] - b[m, j]) / b[m, j]).max() > 5 * err.max()
-    dt = rec.meta["drive_truth"]
+    dt = rec.drive_truth.to_dict()
     assert dt["shared_with_variant"] is None and dt["xi_opp"] is None and dt["xi_lin"] is None
     assert dt["constant_parameter_truth"]["stage2"] is False
     assert "load_speed" in " ".join(dt["not_constant"]["stage2"])
@@ -168,9 +168,39 @@ def test_drive_truth_with_sources_off_and_a_joint_subset():
                        "harmonic_friction": False, "stribeck": True})
     from test_twin_helpers import CosineTrajectory
     rec = be.run(CosineTrajectory(np.radians([-90, 30]), np.radians([10, 10]), [0.5, 0.5], 0.3))
-    dt = rec.meta["drive_truth"]
+    dt = rec.drive_truth.to_dict()
     assert dt["joints"] == ["joint2", "joint3"]
     assert dt["xi_opp"] == [0.0, 0.0] and dt["f_mc"] == [0.0, 0.0] and dt["f_mv"] == [0.0, 0.0]
     assert dt["coulomb"] == [0.45, 0.30]
     # Stribeck on the link friction: stage 1 has no constant truth, stage 2 still does
     assert dt["constant_parameter_truth"] == {"stage1": False, "stage2": True}
+
+
+def test_drive_truth_is_typed_round_trips_in_the_npz_and_old_files_still_load(runs, tmp_path):
+    """The truth is a frozen DriveTruth, not in meta; saved and loaded with the recording it is
+    equal field by field; a file written before DriveTruth (the dict in meta["drive_truth"])
+    loads into the same typed truth."""
+    import dataclasses
+    import json
+    from identify.backend import DriveTruth, Recording
+    _, rec = runs["opposing"]
+    dt = rec.drive_truth
+    assert isinstance(dt, DriveTruth) and "drive_truth" not in rec.meta
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        dt.law = "paper"
+    back = Recording.load(rec.save(tmp_path / "r.npz")).drive_truth
+    assert back == dt
+    # an old file: the same recording with the dict in meta and no header entry
+    old = dataclasses.replace(rec, meta={**rec.meta, "drive_truth": {
+        k: v for k, v in dt.to_dict().items() if k != "laws"}}, drive_truth=None)
+    p = old.save(tmp_path / "old.npz")
+    with np.load(p) as z:
+        assert "drive_truth" not in json.loads(bytes(z["header"]).decode())
+    loaded = Recording.load(p)
+    assert loaded.drive_truth == dt and "drive_truth" not in loaded.meta
+    np.testing.assert_array_equal(loaded.drive_truth.coefficient("xi_opp", ["joint3", "joint1"]),
+                                  [dt.xi_opp[2], dt.xi_opp[0]])
+    with pytest.raises(ValueError, match="joint9"):
+        dt.coefficient("f_mc", ["joint9"])
+    with pytest.raises(ValueError, match="f_mv"):
+        DriveTruth.from_dict({k: v for k, v in dt.to_dict().items() if k != "f_mv"}, "old.npz")
