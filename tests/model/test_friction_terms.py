@@ -1,8 +1,8 @@
-"""The term library (identify.model.terms) against closed forms and a step-by-step reference."""
+"""The term library (identify.model.friction) against closed forms and a step-by-step reference."""
 import numpy as np
 import pytest
 
-from identify.model.terms import Term, dahl_state, parse_term, term_columns, term_torque
+from identify.model.friction import Term, dahl_state, parse_term, term_columns, term_torque
 
 
 def _dahl_loop(v, dt, xs):
