@@ -304,7 +304,7 @@ class _Joint:
 
 #: a move must lower the fold-paired log CV MSE by this many of its standard errors and by at
 #: least this much (the best of ~20 candidate terms clears one SE by chance alone)
-ENTRY_SE = 2.0
+ENTRY_SE = 1.0
 ENTRY_REL = 2e-3
 #: a term leaves (or is replaced by a smaller one) when it is worth less than one SE
 LEAVE = (1.0, 0.0)
@@ -443,6 +443,12 @@ def select_friction(Wb: np.ndarray, d, y: np.ndarray, *, joint_names, folds: int
     Returns:
         :class:`FrictionSelection`.
     """
+    from identify.common.blas import single_thread_blas
+    with single_thread_blas():          # many small products: threads only contend
+        return _select(Wb, d, y, joint_names, folds, pool, load_passes, mask, sweeps)
+
+
+def _select(Wb, d, y, joint_names, folds, pool, load_passes, mask, sweeps):
     from .design import term_design
     pool = default_pool() if pool is None else list(pool)
     N, n, pb = Wb.shape
@@ -511,3 +517,54 @@ def predict_selected(sel: FrictionSelection, Wb: np.ndarray, d, *, filtered: boo
         for t, c in row:
             out[:, j] += cols[t][:, j] @ c
     return out
+
+
+class SelectedModel:
+    """The simplified model with its friction terms chosen per joint by :func:`select_friction`
+    (``identification.friction: auto``): tau = W_b p_b + sum over joint j's chosen terms, fitted
+    to the one torque signal of ``d.tau_m`` (the motor torque, or the joint torque aliased to
+    it). Same interface as :class:`SimplifiedModel` (design / fit / predict, ``params_``,
+    ``std_``, ``names_``); ``selection_`` holds the candidates, scores and choices.
+
+    `base`: BaseParameters of the rigid body alone (``compute_base_parameters(model, ())``)."""
+
+    terms = ()
+
+    def __init__(self, model, base, *, folds: int = 5, pool=None):
+        if np.asarray(base.E).shape[1] != 10 * model.n:
+            raise ValueError("SelectedModel needs the rigid-body base parameters alone "
+                             "(compute_base_parameters(model, terms=()))")
+        self.model, self.base, self.folds, self.pool = model, base, int(folds), pool
+        self.estimator_ = None
+
+    def design(self, d) -> np.ndarray:
+        """(N, n, pb) rigid-body base regressor of processed data `d`."""
+        from .design import _states
+        q, qd, qdd = _states(d, self.model.n)
+        return self.base.reduce(self.model.regressor(q, qd, qdd))
+
+    def fit(self, d, W: np.ndarray | None = None) -> "SelectedModel":
+        """Select and fit on ``d.tau_m``, every sample: the samples near velocity reversals
+        and at rest that ``d.fit_mask`` leaves out of the fixed-term fit are where the
+        candidate terms differ (Dahl, asymmetric Coulomb vs offset, Stribeck)."""
+        W = self.design(d) if W is None else W
+        y = _channel(d, "tau_m", self.model.n, W.shape[0])
+        self.selection_ = select_friction(W, d, y, joint_names=list(self.model.joint_names),
+                                          folds=self.folds, pool=self.pool)
+        s = self.selection_
+        self.params_, self.std_ = s.params, s.std
+        self.names_ = list(self.base.names) + s.names[s.n_base:]
+        return self
+
+    def predict(self, d, W: np.ndarray | None = None, *, filtered: bool = True) -> np.ndarray:
+        """Predicted torque (N, n) [N*m] on the states of `d` (term columns parallel-filtered
+        like the fit's when `d` carries the filter chain and `filtered`)."""
+        _check_fitted(self, "SelectedModel")
+        W = self.design(d) if W is None else W
+        return predict_selected(self.selection_, W, d, filtered=filtered)
+
+    def friction_torque(self, d) -> np.ndarray:
+        """(N, n) [N*m] the chosen terms' torque alone, unfiltered columns on ``d``'s states
+        (what the export adds to the rigid body), tau_L from this fit."""
+        W = self.design(d)
+        return self.predict(d, W, filtered=False) - W @ self.params_[:self.selection_.n_base]
