@@ -69,8 +69,9 @@ def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = 
     """label -> Processed (identify.estimation.processing) with the scenario's settings. With
     ``processing.delay: auto`` each recording's torque delay is estimated from the data
     (:func:`identify.estimation.delay.estimate_delay` on the stage-1 / simplified design of the
-    uncompensated data) and the recording processed again with it compensated; the estimate is
-    in ``Processed.meta["processing"]["delay_estimate"]``."""
+    uncompensated data) and the recording processed again with it compensated -- unless the
+    minimum lies at the edge of the searched range (then a warning names the channel and nothing
+    is compensated); the estimate is in ``Processed.meta["processing"]["delay_estimate"]``."""
     ps = ProcessingSettings.from_dict(scn.processing)
     processed = {}
     with progress.step("processing", timings):
@@ -84,8 +85,13 @@ def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = 
                 if base is None:
                     base = compute_base_parameters(model, terms=terms, seed=0)
                 est = estimate_delay(d, design_from(model, base, d, terms=terms)[0])
-                d = process(rec, ps, delay_s=est.delay_s)
-                d.meta["processing"]["delay_estimate"] = est.to_dict()
+                edge = est.edge_message(label)
+                if edge is None:
+                    d = process(rec, ps, delay_s=est.delay_s)
+                else:                  # the edge of the range is no estimate: not applied
+                    progress.message("warning: " + edge)
+                d.meta["processing"]["delay_estimate"] = {**est.to_dict(),
+                                                          "applied": edge is None}
             processed[label] = d
     return processed
 

@@ -98,7 +98,8 @@ def default_pool(load: bool = True, armature: bool = True) -> list:
 @dataclass
 class CandidateScore:
     """One evaluated term set of a joint: its labels, coefficient count, the blocked-CV RMS of
-    the joint's torque [N*m] and the per-fold mean squared errors [N^2*m^2]."""
+    the joint's torque [N*m] (the square root of the folds' geometric-mean MSE) and the
+    per-fold mean squared errors [N^2*m^2]."""
     terms: tuple
     n_coef: int
     cv_rms: float
@@ -106,7 +107,9 @@ class CandidateScore:
 
     @property
     def mse(self) -> float:
-        return float(self.fold_mse.mean())
+        """The comparison score: mean over the folds of log(MSE) (one fold whose rigid body
+        extrapolates badly does not decide it, as it would the arithmetic mean)."""
+        return float(np.mean(np.log(np.maximum(self.fold_mse, 1e-300))))
 
     def log_ratio(self, other: "CandidateScore") -> tuple[float, float]:
         """Mean over the folds of log(MSE_self / MSE_other) and its standard error: the
@@ -298,7 +301,8 @@ class _Joint:
             cols = self.cols(key)
             mse = self.cv.fold_mse(self.red, self.j, cols)
             self.memo[key] = CandidateScore(tuple(self.pool[e][1].label for e in entries),
-                                            len(cols), float(np.sqrt(mse.mean())), mse)
+                                            len(cols), float(np.sqrt(np.exp(np.mean(np.log(
+                                                np.maximum(mse, 1e-300)))))), mse)
         return self.memo[key]
 
 
