@@ -15,7 +15,7 @@ from identify.estimation.delay import estimate_delay
 from identify.estimation.design import BlockDesign, design_cond, design_from
 from identify.estimation.improved import ImprovedModel
 from identify.estimation.processing import ProcessingSettings, process
-from identify.estimation.simplified import SimplifiedModel
+from identify.estimation.simplified import SelectedModel, SimplifiedModel
 from identify.estimation.streaming import row_blocks
 from identify.model.base_params import compute_base_parameters
 from identify.model.friction import full_regressor
@@ -69,8 +69,9 @@ def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = 
     """label -> Processed (identify.estimation.processing) with the scenario's settings. With
     ``processing.delay: auto`` each recording's torque delay is estimated from the data
     (:func:`identify.estimation.delay.estimate_delay` on the stage-1 / simplified design of the
-    uncompensated data) and the recording processed again with it compensated; the estimate is
-    in ``Processed.meta["processing"]["delay_estimate"]``."""
+    uncompensated data) and the recording processed again with it compensated -- unless the
+    minimum lies at the edge of the searched range (then a warning names the channel and nothing
+    is compensated); the estimate is in ``Processed.meta["processing"]["delay_estimate"]``."""
     ps = ProcessingSettings.from_dict(scn.processing)
     processed = {}
     with progress.step("processing", timings):
@@ -84,8 +85,13 @@ def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = 
                 if base is None:
                     base = compute_base_parameters(model, terms=terms, seed=0)
                 est = estimate_delay(d, design_from(model, base, d, terms=terms)[0])
-                d = process(rec, ps, delay_s=est.delay_s)
-                d.meta["processing"]["delay_estimate"] = est.to_dict()
+                edge = est.edge_message(label)
+                if edge is None:
+                    d = process(rec, ps, delay_s=est.delay_s)
+                else:                  # the edge of the range is no estimate: not applied
+                    progress.message("warning: " + edge)
+                d.meta["processing"]["delay_estimate"] = {**est.to_dict(),
+                                                          "applied": edge is None}
             processed[label] = d
     return processed
 
@@ -126,8 +132,12 @@ def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None
             if d_exc.tau_m is None:
                 raise ValueError("the simplified model needs the motor torque (tau_m or currents) "
                                  "in the excitation recording")
-            sm = SimplifiedModel(model, base, ident.estimator, terms=terms,
-                                 coulomb_eps=eps).fit(d_exc, W=W["excitation"])
+            if getattr(ident, "friction", "terms") == "auto":
+                rigid = compute_base_parameters(model, terms=(), seed=0)
+                sm = SelectedModel(model, rigid, folds=ident.friction_folds).fit(d_exc)
+            else:
+                sm = SimplifiedModel(model, base, ident.estimator, terms=terms,
+                                     coulomb_eps=eps).fit(d_exc, W=W["excitation"])
         if ident.joint_model in ("improved", "both"):
             if d_exc.tau_j is None or d_exc.tau_m is None:
                 raise ValueError("the improved model needs joint torques (tau_j) and motor torques "
@@ -231,8 +241,8 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
     with_tau_m = {k: d for k, d in processed.items() if d.tau_m is not None}
     routes = ("closed_form", "eq24") if sm is not None else ("closed_form",)
     blocks = any(isinstance(w, BlockDesign) for w in W.values())
-    if blocks:
-        decompose = False            # the decomposition needs the full regressors in memory
+    if blocks or isinstance(sm, SelectedModel):
+        decompose = False            # needs the full regressors in memory / uniform terms
     with progress.step("validation", timings):
         vres = validate(sm, im, with_tau_m, routes=routes, decompose_torque=decompose,
                         designs={k: W[k] for k in with_tau_m} if blocks and im is None else None,
@@ -307,6 +317,8 @@ def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: P
     src = im if im is not None else sm
     if src is None:
         return None
+    if isinstance(src, SelectedModel):
+        return _export_selected(scn, model, src, processed, prior, timings, signal)
     d_exc = processed["excitation"]
     y_label = "tau_j" if im is not None else "tau_m"
     consistent, full, how = None, None, ""
@@ -372,16 +384,85 @@ def export_prediction(scn: Scenario, model, ex: Export, fr: dict, processed: dic
     if problems:
         ex.reason = ("the identified inertial parameters are not physical (" + "; ".join(problems)
                      + "); set identification.physical_consistency: true")
+    _export_rms(model, ex, processed, y_label)
+
+
+def _export_rms(model, ex: Export, processed: dict, y_label: str) -> None:
+    """The exported model's predictions and RMS on every trajectory: RNEA of the exported
+    inertials + the sidecar's joint terms (identify.model.joint_sidecar.JointTerms.torque, dt
+    the samples' spacing) on the processed samples."""
     for label, d in processed.items():
         y = getattr(d, y_label)
         if y is None:
             continue
-        pred = ex.joint_terms.torque(d.qd, d.qdd)
+        rigid = np.empty(y.shape)
         for sl in row_blocks(y.shape[0]):           # RNEA in row blocks (long logs)
-            pred[sl] += model.inverse_dynamics(d.q[sl], d.qd[sl], d.qdd[sl], ex.inertial)
+            rigid[sl] = model.inverse_dynamics(d.q[sl], d.qd[sl], d.qdd[sl], ex.inertial)
+        t = np.asarray(d.t, float)
+        dt = float(np.median(np.diff(t))) if t.size > 1 else 0.0
+        pred = rigid + ex.joint_terms.torque(d.qd, d.qdd, dt=dt, rigid=rigid)
         ex.predictions[label] = pred
         raw = (getattr(d, "raw", None) or {}).get(y_label)    # against the raw measurement
         ex.rms[label] = RmsFigure.of(pred - (y if raw is None else raw))
+
+
+def _export_selected(scn: Scenario, model, sm: SelectedModel, processed: dict, prior: Prior,
+                     timings: dict | None, signal: str) -> Export:
+    """The export of ``friction: auto``: the chosen terms with their fitted coefficients in the
+    sidecar (``terms`` per joint), the inertials from the physically consistent fit of the
+    torque minus those terms (when asked for) or the parameters closest to the prior with the
+    identified base parameters; predictions as for every export (:func:`_export_rms`)."""
+    from identify.model.joint_sidecar import JointTerms
+    from identify.model.urdf_export import check_physical
+    n = model.n
+    d_exc = processed["excitation"]
+    coef = sm.selection_.coefficients()
+    p0 = np.zeros(10 * n) if prior.inertial is None else np.asarray(prior.inertial, float)
+    consistent, how = None, ""
+    if scn.identification.physical_consistency:
+        with progress.step("physically consistent fit", timings):
+            y = d_exc.tau_m - sm.friction_torque(d_exc)
+
+            def blocks():
+                for sl in row_blocks(y.shape[0]):
+                    yield full_regressor(model, d_exc.q[sl], d_exc.qd[sl], d_exc.qdd[sl], ()), y[sl]
+            try:
+                consistent = ConsistentFit(model, sm.base, terms=(),
+                                           prior=None if prior.inertial is None else p0,
+                                           estimator=scn.identification.estimator
+                                           ).fit_blocks(blocks)
+                how = (f"physically consistent fit ({scn.identification.estimator}) of the "
+                       f"torque minus the chosen terms, prior {prior.kind}")
+            except (RuntimeError, ValueError) as exc:
+                progress.message(f"warning: physically consistent fit failed ({exc}); the "
+                                 f"export uses the identified base parameters")
+    if consistent is not None:
+        full = np.asarray(consistent.params_, float)[:10 * n]
+    else:
+        full = full_from_base(sm.base.E, sm.params_[:sm.base.n_base], p0)
+        how = f"closest to the {prior.kind} prior's parameters with the identified base parameters"
+
+    def pick(kinds):
+        return np.array([sum(float(np.mean(c)) for t, c in row if t.kind in kinds)
+                         for row in coef])
+    ex = Export(inertial=full, viscous=pick(("viscous",)),
+                coulomb=pick(("coulomb", "coulomb_asym", "dahl")),
+                source=f"rigid body + per-joint terms chosen by cross-validation on the "
+                       f"{SIGNAL_NAMES[signal]}; {how}",
+                consistent=consistent, consistent_signal="tau_m", prior=prior,
+                signal=SIGNAL_NAMES[signal])
+    zeros = np.zeros(n)
+    ex.joint_terms = JointTerms(list(model.joint_names), zeros, zeros, zeros, zeros,
+                                signal=ex.signal, library=coef,
+                                notes=["friction: auto -- every term of a joint is in its "
+                                       "'terms' list (docs/friction-terms.md)"])
+    problems = check_physical(ex.inertial, model.link_names)
+    ex.physical = not problems
+    if problems:
+        ex.reason = ("the identified inertial parameters are not physical (" + "; ".join(problems)
+                     + "); set identification.physical_consistency: true")
+    _export_rms(model, ex, processed, "tau_m")
+    return ex
 
 
 def stack_held(scn: Scenario, model, base, processed: dict, signal: str, held: list,
@@ -443,6 +524,8 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     parameter_errors(fits, validation, truth, warnings)
     prior = prior_parameters(scn, model, recs)
     export = fit_export(scn, model, base, fits, processed, prior, timings, signal=signal)
+    if isinstance(fits.simplified, SelectedModel):      # the fitted model's own columns
+        base, terms = fits.simplified.base, ()
     return Identification(model=model, base=base, terms=terms, processed=processed, fits=fits,
                           truth=truth, validation=validation, export=export, prior=prior,
                           warnings=warnings, delays=delays, signal=signal,

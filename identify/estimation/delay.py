@@ -46,6 +46,19 @@ class DelayEstimate:
     residual_rms: np.ndarray
     at_edge: bool
 
+    def edge_message(self, label: str) -> str | None:
+        """The warning for a minimum at the edge of the searched range (None inside it): the
+        channel named, the range, and that the value is not an estimate."""
+        if not self.at_edge:
+            return None
+        lo, hi = float(self.shifts_s[0]) * 1e3, float(self.shifts_s[-1]) * 1e3
+        return (f"{label}: processing.delay: auto could not align the torque channel "
+                f"{self.channel} with the positions: its residual is lowest at the edge of the "
+                f"searched range [{lo:+.1f}, {hi:+.1f}] ms ({self.delay_s * 1e3:+.1f} ms), so "
+                f"the delay is not estimated and not compensated; set processing.delay to a "
+                f"number of seconds if it is known (a misfit of the model, not a delay, also "
+                f"gives this)")
+
     def to_dict(self) -> dict:
         return {"delay_s": float(self.delay_s), "channel": self.channel,
                 "at_edge_of_search": bool(self.at_edge),

@@ -259,17 +259,59 @@ def design_matrix_names(model, base, terms) -> list[str]:
     return list(base.names) + (column_names(model.n, terms) if terms else [])
 
 
-# the old private names of channel / states / time_stamps / given_design, and of the estimator
-# factory and fitted check now in estimators.py / base.py: kept only for code written against
-# them on a parallel branch; nothing in the package imports them (remove after that merge)
-_channel, _states, _time, _given_design = channel, states, time_stamps, given_design
+# --------------------------------------------------------------------------------------------
+# columns of the per-joint term library (identify.model.friction.Term) from processed data
+# --------------------------------------------------------------------------------------------
+#: kinds whose columns are nonlinear in the velocity (parallel-filtered when a chain is known)
+_NONLINEAR = ("coulomb", "coulomb_asym", "stribeck", "sqrt_viscous", "quad_viscous", "dahl")
 
 
-def _make_estimator(estimator):
-    from .estimators import make_estimator
-    return make_estimator(estimator)
+def sample_interval(d) -> float:
+    """Sample interval of processed data `d` [s] (1 / rate_hz, else the median step of t)."""
+    rate = getattr(d, "rate_hz", None)
+    if rate:
+        return 1.0 / float(rate)
+    return float(np.median(np.diff(time_stamps(d, np.shape(d.q)[0]))))
 
 
-def _check_fitted(obj, what):
-    from identify.common.estimator import check_is_fitted
-    check_is_fitted(obj)
+def term_design(d, n: int, terms, *, tau_load: np.ndarray | None = None,
+                filtered: bool = True) -> dict:
+    """Columns of every library term in `terms` for all joints of processed data `d`.
+
+    Nonlinear terms (Coulomb, asymmetric Coulomb, Stribeck, sqrt/quadratic viscous, Dahl) are
+    evaluated on the filter chain's full grid (``d.qd_full``, dt = 1 / chain rate) and passed
+    through the same filter as the torques when `d` carries the chain and `filtered`; else on
+    ``d.qd`` with dt = :func:`sample_interval` (what a controller computes). Load-dependent terms
+    use the (parallel-filtered) Coulomb shape of the same eps times |tau_L| on the processed
+    samples (tau_L is smooth, so filter(|tau_L| c) ~ |tau_L| filter(c)).
+
+    Args:
+        d: Processed; n: joints; terms: iterable of Term; tau_load: (N, n) [N*m] (load terms).
+    Returns:
+        {Term: (N, n, Term.width)}.
+    """
+    from identify.model.friction import coulomb_shape, term_columns
+    q, qd, qdd = states(d, n)
+    chain = getattr(d, "filter_chain", None) if filtered else None
+    full = getattr(d, "qd_full", None) if chain is not None else None
+    out, shapes = {}, {}
+
+    def shape(eps):
+        if eps not in shapes:
+            if full is None:
+                shapes[eps] = coulomb_shape(qd, eps)
+            else:
+                from .processing import filter_columns
+                shapes[eps] = filter_columns(coulomb_shape(full, eps), chain,
+                                             f"Coulomb shape eps={eps:g} from qd_full")
+        return shapes[eps]
+    for term in terms:
+        if term.kind.startswith("load_coulomb"):
+            out[term] = term_columns(term, qd, dt=0.0, tau_load=tau_load, shape=shape(term.eps))
+        elif term.kind in _NONLINEAR and full is not None:
+            from .processing import filter_columns
+            raw = term_columns(term, np.asarray(full, float), dt=1.0 / chain.rate_hz)
+            out[term] = filter_columns(raw, chain, f"joint term {term.label} from qd_full")
+        else:
+            out[term] = term_columns(term, qd, qdd, dt=sample_interval(d))
+    return out

@@ -137,7 +137,7 @@ def load_log(spec: LogSpec, joint_names, *, gains=None, where: str | None = None
             guards.check_positions(q_s, model, spec.position_unit, where, warnings)
             guards.check_torque(None if ch["tau_m"] is None else ch["tau_m"][::k],
                                 _gravity_torque(model, q_s), model, where,
-                                from_currents=ch["i_m"] is not None)
+                                from_currents=ch["i_m"] is not None, warnings=warnings)
     dt = np.diff(t)
     rate = float(spec.rate_hz) if spec.rate_hz else 1.0 / float(np.median(dt))
     resampled = not is_uniform(t, rate, _UNIFORM_TOL)

@@ -319,6 +319,9 @@ def identification_metrics(ident: Identification, models: dict | None = None) ->
         m["friction_term_comparison"] = models["improved"]["friction_term_comparison"]
         m["improved_variants_rms_closed_form"] = v.variants_rms
         m["improved_variant"] = ident.improved.friction_term
+    selection = getattr(ident.simplified, "selection_", None)
+    if selection is not None:           # identification.friction: auto
+        m["friction_selection"] = selection.to_dict()
     if ident.held:
         m["held_data"] = {"sources": held_sources_document(ident.held),
                           "note": "the excitation fit stacks the rows of these recordings "

@@ -12,7 +12,9 @@ signals allow:
 
 An explicit choice the data cannot support is refused (:func:`resolve_joint_model` raises naming
 the missing signal). The other ``auto`` keys (physical_consistency, offset, armature,
-coulomb_shape) take the defaults that fit real arms (``from_logs``) or the twin's model.
+coulomb_shape) take the defaults that fit real arms (``from_logs``) or the twin's model;
+``friction: default`` becomes ``auto`` (per-joint terms chosen by cross-validation) for logs
+fitted with the simplified model and ``terms`` otherwise.
 """
 from __future__ import annotations
 
@@ -62,12 +64,20 @@ def resolve_identification(spec, has_tau_j: bool, has_tau_m: bool, *, from_logs:
              or "armature" in spec.friction_terms)
     shape = spec.coulomb_shape if spec.coulomb_shape != "auto" else \
         ("tanh" if from_logs else "sign")
+    friction = spec.friction
+    if friction == "default":
+        friction = "auto" if from_logs and jm == "simplified" else "terms"
+    elif friction == "auto" and jm != "simplified":
+        raise ValueError(f"identification.friction: auto chooses the terms of the simplified "
+                         f"model on one torque signal; joint_model resolves to {jm} (set "
+                         f"joint_model: simplified, or friction: terms)")
     terms = list(spec.friction_terms)
     for t, on in (("offset", off), ("armature", arm)):
         if on and t not in terms:
             terms.append(t)
         if not on and t in terms:
             terms.remove(t)
-    return dataclasses.replace(spec, joint_model=jm, physical_consistency=pc, offset=off,
+    return dataclasses.replace(spec, joint_model=jm, friction=friction,
+                               physical_consistency=pc, offset=off,
                                armature=arm, coulomb_shape=shape,
                                friction_terms=tuple(terms)), signal

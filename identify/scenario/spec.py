@@ -153,6 +153,14 @@ class IdentificationSpec:
     friction_terms: tuple[Literal["viscous", "coulomb", "offset", "armature"], ...] = _f(
         ("viscous", "coulomb"), min_len=1, doc="friction columns of the rigid-body fit "
                                                "(offset / armature are added by the keys below)")
+    friction: Literal["default", "auto", "terms"] = _f(
+        "default", doc="auto: per joint the friction / drive-loss terms and their shape constants "
+                       "chosen by blocked cross-validation on the identification data "
+                       "(docs/friction-terms.md; one torque signal, joint_model simplified); "
+                       "terms: friction_terms on every joint; default: auto for logs fitted "
+                       "with the simplified model (twinid fit), terms otherwise")
+    friction_folds: int = _f(5, min=2, max=20, doc="contiguous folds of the friction: auto "
+                                                   "cross-validation")
     offset: Union[bool, Literal["auto"]] = _f(
         "auto", doc="per-joint torque offset [N*m] (sensor / current offsets); auto: on for logs, "
                     "off on the twin")

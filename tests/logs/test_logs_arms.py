@@ -62,8 +62,8 @@ def _check_export_reproduces(res, label="validation"):
     names = list(ident.model.joint_names)
     d = ident.processed[label]
     terms = read_sidecar(res.folder / "identified_joints.yaml", names)
-    pred = _pinocchio_prediction(res.folder / "identified.urdf", names, d.q, d.qd, d.qdd) \
-        + terms.torque(d.qd, d.qdd)
+    rigid = _pinocchio_prediction(res.folder / "identified.urdf", names, d.q, d.qd, d.qdd)
+    pred = rigid + terms.torque(d.qd, d.qdd, dt=float(np.median(np.diff(d.t))), rigid=rigid)
     ref = ident.export.predictions[label]
     rel = np.max(np.abs(pred - ref)) / np.max(np.abs(ref))
     assert rel <= 1e-6, rel
@@ -112,7 +112,8 @@ def test_currents_only_ur_rtde_xarm(tmp_path, pybullet_data_path):
                           "window_s": [0.0, 16.0]},
            "validation": {"file": str(f), "preset": "ur_rtde", "current_gains": g,
                           "window_t": [16.0, 24.0]}}
-    res = fit_scenario(load_scenario(_scenario(tmp_path, urdf, fit)), out=tmp_path / "run")
+    res = fit_scenario(load_scenario(_scenario(tmp_path, urdf, fit, ident={"friction": "terms"})),
+                       out=tmp_path / "run")
     ident = res.identification
     assert ident.spec.joint_model == "simplified" and ident.signal == "tau_m"
     assert ident.spec.friction_terms == ("viscous", "coulomb", "offset", "armature")
@@ -145,7 +146,8 @@ def test_joint_torque_only_libfranka_panda(tmp_path, pybullet_data_path):
     f = write_log(log, tmp_path / "log", "libfranka")
     fit = {"excitation": {"file": str(f), "preset": "libfranka", "window_rows": [0, 4000]},
            "validation": {"file": str(f), "preset": "libfranka", "window_rows": [4000, 6000]}}
-    res = fit_scenario(load_scenario(_scenario(tmp_path, urdf, fit, joints=PANDA_JOINTS)),
+    res = fit_scenario(load_scenario(_scenario(tmp_path, urdf, fit, joints=PANDA_JOINTS,
+                                               ident={"friction": "terms"})),
                        out=tmp_path / "run")
     ident = res.identification
     assert ident.signal == "tau_j" and ident.spec.joint_model == "simplified"
