@@ -480,7 +480,7 @@ def _trajectory_blocks(folder: Path) -> list[tuple]:
             if isinstance(v, dict)]
     B.append(("table", head, rows))
     for p in sorted(folder.glob("*.png")):
-        B.append(("img", p.name, _caption(p.stem)))
+        B.append(("img", p.name, _caption(f"trajectory_{p.stem}")))   # excitation.png ...
     timings = doc.get("timings_s") or {}
     if timings:
         B.append(("h", 2, "Timings"))

@@ -48,7 +48,10 @@ def plot_tracking(res, path) -> Path:
     for ax in axes[-1]:
         ax.set_xlabel("t [s]", fontsize=8)
     h, lab = axes[0, 0].get_legend_handles_labels()
-    figures.legend_above(fig, h, lab, top=1 - 0.38 / height, fontsize=7.5)
+    rank = {nm: k for k, nm in enumerate(("pid_only", "identified_ff", "true_ff"))}
+    pairs = sorted(zip(order, h, lab), key=lambda x: rank.get(x[0], len(rank)))
+    figures.legend_above(fig, [p[1] for p in pairs], [p[2] for p in pairs],
+                         top=1 - 0.38 / height, fontsize=7.5)
     fig.suptitle(f"tracking error on the {res.trajectory} trajectory (same gains, same noise)",
                  fontsize=10, y=1 - 0.06 / height, va="top")
     return figures.save(fig, path)

@@ -19,9 +19,11 @@ from identify.common import figures
 
 from .validate import MODEL_LABELS
 
-_STYLE = {"simplified": dict(color="tab:blue", lw=1.0, ls="--"),
-          "improved_eq24": dict(color="tab:orange", lw=1.0, ls="-."),
-          "improved_closed_form": dict(color="tab:red", lw=1.0, ls="-")}
+# the headline model (improved, closed form) drawn above the others: where two predictions
+# agree (joint 6: closed form = eq. (24)), it is the one that stays visible
+_STYLE = {"simplified": dict(color="tab:blue", lw=1.0, ls="--", zorder=2),
+          "improved_eq24": dict(color="tab:orange", lw=1.0, ls="-.", zorder=2.1),
+          "improved_closed_form": dict(color="tab:red", lw=1.0, ls="-", zorder=2.5)}
 
 
 def _joint_axes(n: int, extra_row: bool = False, legend: bool = True):

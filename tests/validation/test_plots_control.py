@@ -38,6 +38,8 @@ def test_tracking_plot_feed_forward_cases_on_their_own_scale(captured, tmp_path)
         assert styles["identified model feed-forward"] != styles["true model feed-forward"]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert len(labels) == 3 and any("0.024 mrad" in s for s in labels), labels
+    assert [s.split(" (")[0] for s in labels] == ["PID only", "identified model feed-forward",
+                                                  "true model feed-forward"]
 
 
 def test_collision_plot_legend_and_units(captured, tmp_path):

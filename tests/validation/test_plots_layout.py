@@ -144,6 +144,9 @@ def test_torque_plot_legend_and_titles_cover_no_data(captured, tmp_path):
             assert f"{res.rms['validation'][m][j]:.3f}" in ax.get_title(), ax.get_title()
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels[0] == "measured" and len(labels) == 3
+    # the headline model's line lies above the other predictions (visible where they agree)
+    z = {ln.get_label(): ln.get_zorder() for ln in fig.axes[0].get_lines()}
+    assert z["improved, closed form"] > z["simplified"]
 
 
 def test_residual_and_decomposition_legends_outside_the_panels(captured, tmp_path):

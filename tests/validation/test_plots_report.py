@@ -98,3 +98,19 @@ def test_logs_summary_names_the_exported_models_signal(tmp_path):
     assert "## Summary: motor torque η·β·i RMS" not in text
     assert np.isclose(float(re.search(r"\| validation \| 2.9 \| 0.36 \| ([\d.]+) \|",
                                       text).group(1)), 0.139)
+
+
+def test_trajectory_folder_plots_have_the_trajectory_caption(tmp_path):
+    """A `twinid trajectory` folder names its plots excitation.png / validation.png: their
+    captions are the trajectory plot's, not the file name."""
+    import yaml
+    from identify.common import figures
+    plt = figures.pyplot()
+    for label in ("excitation", "validation"):
+        figures.save(plt.figure(figsize=(figures.WIDTH_IN, 2)), tmp_path / f"{label}.png")
+    (tmp_path / "trajectories.yaml").write_text(yaml.safe_dump(
+        {"kind": "trajectories", "name": "t", "trajectories": {"excitation": {"cond": 40.0}}}))
+    md, _ = R.build_report(tmp_path)
+    text = md.read_text()
+    for label in ("excitation", "validation"):
+        assert f"*{figures.caption(f'trajectory_{label}')}*" in text
