@@ -65,16 +65,17 @@ def alias_signal(processed: dict, signal: str) -> None:
 
 
 def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = None,
-                       base=None) -> dict:
+                       base=None, title: str = "processing") -> dict:
     """label -> Processed (identify.estimation.processing) with the scenario's settings. With
     ``processing.delay: auto`` each recording's torque delay is estimated from the data
     (:func:`identify.estimation.delay.estimate_delay` on the stage-1 / simplified design of the
     uncompensated data) and the recording processed again with it compensated -- unless the
     minimum lies at the edge of the searched range (then a warning names the channel and nothing
-    is compensated); the estimate is in ``Processed.meta["processing"]["delay_estimate"]``."""
+    is compensated); the estimate is in ``Processed.meta["processing"]["delay_estimate"]``.
+    `title`: the step's name on the console and in `timings`."""
     ps = ProcessingSettings.from_dict(scn.processing)
     processed = {}
-    with progress.step("processing", timings):
+    with progress.step(title, timings):
         for label, rec in recs.items():
             if list(rec.joint_names) != list(model.joint_names):
                 raise ValueError(f"{label} recording joints {list(rec.joint_names)} differ from the "
@@ -483,7 +484,8 @@ def stack_held(scn: Scenario, model, base, processed: dict, signal: str, held: l
         (["tau_m"] if jm == "simplified" else ["tau_j", "tau_m"] if jm in ("improved", "both")
          else [])
     missing_signals(held, need)
-    hp = process_recordings(scn, model, {h.key: h.recording for h in held}, timings, base=base)
+    hp = process_recordings(scn, model, {h.key: h.recording for h in held}, timings, base=base,
+                            title="processing the held data")
     alias_signal(hp, signal)
     parts = []
     for h in held:

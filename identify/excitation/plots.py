@@ -20,18 +20,22 @@ from identify.common import figures
 
 
 def _limit_lines(ax, data: np.ndarray, lo, hi, name_lo: str, name_hi: str) -> None:
-    """Dashed lines at both limits, each labelled with its name and value; the y axis spans the
-    data and both limits."""
+    """Dashed lines at both limits, each labelled with its name and value outside the band the
+    motion stays in (the upper label above its line, the lower below), so neither the line nor
+    the data cross a label; the y axis spans the data, both limits and their labels."""
+    from matplotlib.transforms import offset_copy
     ys = [data.min(), data.max()]
-    for y, nm, va in ((lo, name_lo, "top"), (hi, name_hi, "bottom")):
+    for y, nm, va, dy in ((lo, name_lo, "top", -1.5), (hi, name_hi, "bottom", 1.5)):
         if y is None or not np.isfinite(y):
             continue
         ax.axhline(y, ls="--", lw=0.9, color="C3")
-        ax.text(0.995, y, f"{nm} {y:.0f}", transform=ax.get_yaxis_transform(), ha="right",
-                va=va, fontsize=6.5, color="C3")
+        tr = offset_copy(ax.get_yaxis_transform(), fig=ax.figure, x=0.0, y=dy, units="points")
+        ax.text(0.995, y, f"{nm} {y:.0f}", transform=tr, ha="right", va=va, fontsize=6.5,
+                color="C3")
         ys.append(y)
     span = max(max(ys) - min(ys), 1e-9)
-    ax.set_ylim(min(ys) - 0.12 * span, max(ys) + 0.12 * span)
+    # room for a label (6.5 pt + 1.5 pt offset) outside each limit: 30 % of the span each side
+    ax.set_ylim(min(ys) - 0.3 * span, max(ys) + 0.3 * span)
 
 
 def plot_trajectory(traj, limits: dict | None, path: str | os.PathLike, *, title: str = "",
@@ -69,8 +73,9 @@ def plot_trajectory(traj, limits: dict | None, path: str | os.PathLike, *, title
     first = None
     for k, page in enumerate(figures.pages(n)):
         rows = len(page)
-        height = 1.75 * rows + 0.9
-        fig, axes = plt.subplots(rows, 3, figsize=(11.0, height), sharex=True, squeeze=False)
+        height = 1.9 * rows + 0.9
+        fig, axes = plt.subplots(rows, 3, figsize=(figures.WIDTH_IN, height), sharex=True,
+                                 squeeze=False)
         fig.subplots_adjust(left=0.06, right=0.99, bottom=0.55 / height, top=1 - 0.55 / height,
                             hspace=0.42, wspace=0.2)
         for r, i in enumerate(page):
@@ -100,24 +105,45 @@ def plot_clearance(clearance: dict, path: str | os.PathLike, *, title: str = "",
     (identify.backend.clearance on the URDF's shapes), the closest `n_pairs` pairs whose
     distance changes, and the margin.
 
+    PyBullet reports only pairs closer than margin + 0.1 m (``clearance["cap"]`` [m] when given);
+    a sample at that cap is "farther than the cap", not a distance: it is not drawn, and the
+    region above the cap is a grey band labelled so. The legend sits to the right of the axes.
+
     Args:
-        clearance: dict t (N,) [s], min (N,) [m], margin [m], pairs {label: (N,) [m]}.
+        clearance: dict t (N,) [s], min (N,) [m], margin [m], pairs {label: (N,) [m]}, optional
+            cap [m].
         path: output PNG file.
     """
     plt = figures.pyplot()
     t = np.asarray(clearance["t"], float)
-    fig, ax = plt.subplots(figsize=(9, 3.6))
-    ax.plot(*figures.decimate(t, 1e3 * np.asarray(clearance["min"], float)), "k", lw=2,
+    margin = float(clearance["margin"])
+    cap = float(clearance.get("cap", max(margin, 0.0) + 0.1))
+
+    def measured(v):                     # mm, samples at the cap -> NaN (not drawn)
+        v = 1e3 * np.asarray(v, float)
+        return np.where(v >= 1e3 * cap - 1e-6, np.nan, v)
+    fig, ax = plt.subplots(figsize=(figures.WIDTH_IN, 3.8))
+    fig.subplots_adjust(left=0.07, right=0.70, bottom=0.14, top=0.88)
+    ax.plot(*figures.decimate(t, measured(clearance["min"])), "k", lw=2,
             label="minimum over all pairs")
     pairs = {k: np.asarray(v, float) for k, v in clearance.get("pairs", {}).items()
              if np.ptp(v) > 1e-6}
-    for k in sorted(pairs, key=lambda k: pairs[k].min())[:n_pairs]:
-        ax.plot(*figures.decimate(t, 1e3 * pairs[k]), lw=1, label=k)
-    ax.axhline(1e3 * float(clearance["margin"]), color="r", ls="--", label="margin")
+    for i, k in enumerate(sorted(pairs, key=lambda k: pairs[k].min())[:n_pairs]):
+        ax.plot(*figures.decimate(t, measured(pairs[k])), lw=1.2, label=k,
+                color=figures.PALETTE[1 + i % (len(figures.PALETTE) - 1)])
+    ax.axhline(1e3 * margin, color="r", ls="--", label=f"margin {1e3 * margin:.0f} mm")
+    lo, hi = ax.get_ylim()
+    top = max(hi, 1e3 * margin) + 0.15 * (max(hi, 1e3 * margin) - min(lo, 0.0))
+    if top > 1e3 * cap:
+        top = 1e3 * cap * 1.08
+        ax.axhspan(1e3 * cap, top, color="0.85", lw=0,
+                   label=f"beyond {1e3 * cap:.0f} mm: not measured\n(PyBullet reports pairs "
+                         f"within margin + 0.1 m)")
+    ax.set_ylim(min(lo, 0.0), top)
     ax.set_xlabel("t [s]")
     ax.set_ylabel("distance [mm]")
-    ax.set_title(title or "clearance: closest link pairs / obstacles (PyBullet, URDF shapes)")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(title or "clearance: closest link pairs / obstacles (PyBullet, URDF shapes)",
+                 fontsize=10)
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
     return figures.save(fig, path)

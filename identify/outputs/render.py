@@ -534,4 +534,24 @@ def console_summary(metrics: dict, folder) -> str:
             line += (f"; exported model {ex['overall']:.4f}"
                      + (f" of {export['signal']}" if export.get("signal") else ""))
         lines.append(line)
-    return "\n".join(lines)
+    return "\n".join(lines + _control_summary(metrics))
+
+
+def _control_summary(metrics: dict) -> list[str]:
+    """Closing lines of the closed-loop and collision runs (docs/closed_loop.md's figures)."""
+    lines = []
+    cl = metrics.get("closed_loop")
+    if cl:
+        g = cl.get("goals", {})
+        rms = ", ".join(f"{k} {1e3 * v:.4f}" for k, v in cl.get("tracking_rms_rad", {}).items())
+        lines.append(f"  closed loop ({cl.get('trajectory')}): tracking RMS [mrad] {rms}; "
+                     f"identified / PID only {g.get('identified_vs_pid', float('nan')):.3f} "
+                     f"(goal <= {g.get('goal_vs_pid')}), identified / true "
+                     f"{g.get('identified_vs_true', float('nan')):.3f} "
+                     f"(goal <= {g.get('goal_vs_true')})")
+    for k, v in (metrics.get("collision") or {}).get("models", {}).items():
+        d = (f"detected after {v['detection_delay_ms']:.0f} ms" if v.get("detected")
+             else "not detected")
+        lines.append(f"  collision, {k} model: {d}; false alarms {v.get('false_alarms')} "
+                     f"(free run) / {v.get('false_alarms_contact_run')} (contact run)")
+    return lines

@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from identify.common.fileio import atomic_write_text
+from identify.common.figures import caption as _caption
 
 __all__ = ["build_report", "PAPER", "render_markdown", "render_html"]
 
@@ -178,7 +179,10 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                                  else [f"joint {j + 1}" for j in range(n)]) + ["overall"])
             rows = [[m] + [_fmt(v) for v in r[m]["per_joint"]] + [_fmt(r[m].get("overall"))]
                     for m in models]
-            B.append(("h", 3, f"RMS per joint, {traj} trajectory [N*m]"))
+            sig = metrics.get("signal", "motor torque")
+            B.append(("h", 3, f"RMS per joint, {traj} trajectory [N*m], {sig}"
+                              + ("; stage1_tau_j: joint torque" if "stage1_tau_j" in models
+                                 else "")))
             B.append(("table", head, rows))
 
     var = metrics.get("improved_variants_rms_closed_form")
@@ -222,12 +226,12 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                  "residual": "Residuals", "param": "Parameters", "sweep": "Sweep"}[group]
         B.append(("h", 2, title))
         for p in sel:
-            B.append(("img", os.path.relpath(p, folder), p.stem.replace("_", " ")))
+            B.append(("img", os.path.relpath(p, folder), _caption(p.stem)))
     rest = [p for p in plots if not p.stem.startswith(order + ("closed_loop", "collision"))]
     if rest:
         B.append(("h", 2, "Other plots"))
         for p in rest:
-            B.append(("img", os.path.relpath(p, folder), p.stem.replace("_", " ")))
+            B.append(("img", os.path.relpath(p, folder), _caption(p.stem)))
 
     for model_key, model in (params.get("models") or {}).items():
         for block_key, table in (model or {}).items():
@@ -245,12 +249,13 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                     ("truth", "truth"), ("error_percent", "error [%]"),
                     ("z", "z = error / std")]
             cols = [c for c in cols if c[0] in table]
-            head = ["parameter"] + [c[1] for c in cols]
+            head = ["parameter", "unit"] + [c[1] for c in cols]
             pe = table.get("poorly_excited")
             if pe is not None:
                 head.append("poorly excited")
             nz = table.get("truth_near_zero") or [False] * len(names)
-            rows = [[str(nm)] + [("—" if c == "error_percent" and nz[i] else _fmt(table[c][i]))
+            rows = [[str(nm), _unit(nm)] + [("—" if c == "error_percent" and nz[i]
+                                            else _fmt(table[c][i]))
                                  for c, _ in cols]
                     + ([] if pe is None else ["yes" if pe[i] else ""]) for i, nm in enumerate(names)]
             B.append(("table", head, rows))
@@ -281,7 +286,8 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         if s2.get("truth_not_applicable"):
             B.append(("p", "Stage-2 ground truth **not applicable**: "
                            + "; ".join(s2["truth_not_applicable"]) + "."))
-        head = ["joint"] + list(s2["names"]) + ["fit RMS [N*m]"]
+        head = ["joint"] + [f"{nm} [{_S2_UNITS.get(nm, '?')}]" for nm in s2["names"]] \
+            + ["fit RMS [N*m]"]
         rows = []
         for j, (vals, sds) in enumerate(zip(s2["params"], s2["std"])):
             name = s2.get("joints", [])[j] if j < len(s2.get("joints", [])) else str(j + 1)
@@ -360,12 +366,50 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
     timings = metrics.get("timings_s", {})
     if timings:
         B.append(("h", 2, "Timings"))
-        B.append(("table", ["step", "wall time [s]"], [[k, _fmt(v)] for k, v in timings.items()]))
+        B.append(("table", ["step", "wall time [s]"], _timing_rows(timings)))
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
                    if p.is_file() and p.name not in ("report.md", "report.html", ".twinid.lock"))
     B.append(("h", 2, "Files"))
     B.append(("code", "\n".join(files)))
     return B
+
+
+#: units of the stage-2 coefficients (identify.validation.plots.STAGE2_UNITS, docs/joint_models.md)
+_S2_UNITS = {"xi_lin": "-", "xi_opp": "-", "f_mc": "N*m", "f_mv": "N*m*s/rad", "J_m": "kg*m^2",
+             "J_m/K": "s^2"}
+_PARAM_UNITS = {"m": "kg", "mx": "kg*m", "my": "kg*m", "mz": "kg*m", "fv": "N*m*s/rad",
+                "fc": "N*m", "fo": "N*m", "Ia": "kg*m^2"}
+
+
+def _unit(name) -> str:
+    """Unit of a (base) parameter by its first term: m1 kg, mx2 kg*m, XX3 .. ZZ6 kg*m^2 (about
+    the joint frame's origin), fv N*m*s/rad, fc / fo N*m, Ia kg*m^2; the terms of a base
+    combination share it."""
+    import re
+    m = re.match(r"\s*(?:[-+]?[\d.]+\*)?([A-Za-z]+)\d", str(name))
+    if not m:
+        return "?"
+    key = m.group(1)
+    if re.fullmatch(r"[XYZ]{2}", key):
+        return "kg*m^2"
+    return _PARAM_UNITS.get(key, "?")
+
+
+def _timing_rows(timings: dict) -> list:
+    """Steps, then "other" (the total minus the steps: start-up, imports, writing the folder,
+    the report), then the totals, so that the table adds up."""
+    steps = {k: v for k, v in timings.items() if not str(k).startswith("total")}
+    totals = {k: v for k, v in timings.items() if str(k).startswith("total")}
+    rows = [[k, _fmt(v)] for k, v in steps.items()]
+    total = totals.get("total")
+    try:
+        other = float(total) - sum(float(v) for v in steps.values())
+    except (TypeError, ValueError):
+        other = None
+    if other is not None and other > 0:
+        rows.append(["other (not in a step: start-up, writing the run folder, report)",
+                     _fmt(other)])
+    return rows + [[k, _fmt(v)] for k, v in totals.items()]
 
 
 def _held_blocks(held: dict | None) -> list[tuple]:
@@ -395,7 +439,7 @@ def _logs_blocks(folder: Path, metrics: dict) -> list[tuple]:
         B.append(("table", ["log", "file", "duration [s]", "samples", "resampled"], rows))
     sig = metrics.get("signal", "?")
     head_model = metrics.get("headline_model", "?")
-    B.append(("h", 2, f"Summary: {sig} RMS"))
+    B.append(("h", 2, f"Summary: RMS of the fitted models and of the exported model"))
     B.append(("p", f"Fitted signal: **{sig}**; headline model: **{head_model}**. RMS over all "
                    f"joints and samples of predicted minus measured {sig} [N*m]."))
     rms, ex = metrics.get("rms", {}), metrics.get("export", {})
@@ -406,8 +450,9 @@ def _logs_blocks(folder: Path, metrics: dict) -> list[tuple]:
             continue
         rows.append([traj] + [_fmt(r.get(m, {}).get("overall")) for m in ("simplified", "improved")]
                     + [_fmt(ex.get("rms", {}).get(traj, {}).get("overall"))])
-    B.append(("table", ["trajectory", "simplified [N*m]", "improved [N*m]",
-                        "exported model [N*m]"], rows))
+    ex_sig = ex.get("signal") or sig
+    B.append(("table", ["trajectory", f"simplified [N*m] ({sig})", f"improved [N*m] ({sig})",
+                        f"exported model [N*m] ({ex_sig})"], rows))
     if ex.get("written"):
         B.append(("p", "Exported model: `identified.urdf` + `identified_joints.yaml` ("
                        + str(ex.get("formula", "")) + f"); from the {ex.get('source', '?')}."))
@@ -435,7 +480,7 @@ def _trajectory_blocks(folder: Path) -> list[tuple]:
             if isinstance(v, dict)]
     B.append(("table", head, rows))
     for p in sorted(folder.glob("*.png")):
-        B.append(("img", p.name, p.stem.replace("_", " ")))
+        B.append(("img", p.name, _caption(f"trajectory_{p.stem}")))   # excitation.png ...
     timings = doc.get("timings_s") or {}
     if timings:
         B.append(("h", 2, "Timings"))
@@ -460,7 +505,7 @@ def _control_blocks(metrics: dict) -> list[tuple]:
                        f"point. identified / PID only = {_fmt(g.get('identified_vs_pid'))} (goal "
                        f"<= {g.get('goal_vs_pid')}), identified / true model = "
                        f"{_fmt(g.get('identified_vs_true'))} (goal <= {g.get('goal_vs_true')})."))
-        B.append(("img", "plots/closed_loop_tracking.png", "tracking error"))
+        B.append(("img", "plots/closed_loop_tracking.png", _caption("closed_loop_tracking")))
     col = metrics.get("collision")
     if col:
         B.append(("h", 2, "Collision detection: momentum observer"))
@@ -476,7 +521,7 @@ def _control_blocks(metrics: dict) -> list[tuple]:
                        f"{c.get('duration_s')} s; observer input {col.get('signal')}, gain "
                        f"{col.get('observer_gain_per_s')} 1/s; thresholds from a collision-free run "
                        f"({col.get('threshold_rule')}). Goal: detected within 50 ms, 0 false alarms."))
-        B.append(("img", "plots/collision.png", "observer residual and thresholds"))
+        B.append(("img", "plots/collision.png", _caption("collision")))
     pl = metrics.get("payload")
     if pl:
         B.append(("h", 2, "Payload identification"))
@@ -512,7 +557,7 @@ def render_markdown(blocks: list[tuple]) -> str:
             out.append("|" + "---|" * len(head))
             out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
         elif kind == "img":
-            out.append(f"![{b[2]}]({b[1]})")
+            out.append(f"![{Path(b[1]).stem}]({b[1]})\n\n*{b[2]}*")
         elif kind == "code":
             out.append("```\n" + b[1] + "\n```")
         out.append("")
@@ -523,7 +568,10 @@ _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}
-img{max-width:100%;border:1px solid #eee;margin:0.5em 0}figure{margin:0 0 1.5em}
+figure{margin:0 0 1.5em;overflow-x:auto}
+figure img{width:100%;min-width:900px;border:1px solid #eee;margin:0.5em 0;cursor:zoom-in}
+figure img.big{position:fixed;inset:0;width:100vw;height:100vh;min-width:0;object-fit:contain;
+background:#fff;margin:0;z-index:10;cursor:zoom-out}
 figcaption{font-size:0.85em;color:#555}pre{background:#f7f7f7;padding:0.6em;overflow:auto}"""
 
 
@@ -551,7 +599,9 @@ def render_html(blocks: list[tuple], folder: Path, title: str) -> str:
             out.append("</table>")
         elif kind == "img":
             data = base64.b64encode((folder / b[1]).read_bytes()).decode()
-            out.append(f"<figure><img alt='{html.escape(b[2])}' src='data:image/png;base64,{data}'>"
+            out.append(f"<figure><img alt='{html.escape(b[2])}' title='click to enlarge' "
+                       f"onclick=\"this.classList.toggle('big')\" "
+                       f"src='data:image/png;base64,{data}'>"
                        f"<figcaption>{html.escape(b[2])}</figcaption></figure>")
         elif kind == "code":
             out.append(f"<pre>{html.escape(b[1])}</pre>")

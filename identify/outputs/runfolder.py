@@ -215,7 +215,9 @@ def _plot_jobs(ident: Identification) -> list:
         jobs.append(("param_stage1", ident_plots.plot_parameters, (im.names1_, im.params_, im.std_),
                      {"truth": ident.truth_base,
                       "title": "stage 1 (torque sensor): base parameters, +-3 sigma"}))
-        jobs.append(("param_stage2", ident_plots.plot_stage2, (im.stage2_,), {}))
+        tr = ident.truth.truth
+        s2_truth = tr.stage2 if tr is not None and tr.applicable.get("stage2") else None
+        jobs.append(("param_stage2", ident_plots.plot_stage2, (im.stage2_,), {"truth": s2_truth}))
     elif sm is not None:
         jobs.append(("param_simplified", ident_plots.plot_parameters,
                      (sm.names_, sm.params_, sm.std_),

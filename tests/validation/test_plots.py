@@ -204,5 +204,5 @@ def test_clearance_plot_draws_minimum_pairs_and_margin_in_mm(tmp_path, monkeypat
     out = plot_clearance(clearance, tmp_path / "c.png")
     assert out.exists() and out.stat().st_size > 1000
     assert "link2 / link5" in seen["labels"] and "link1 / link3" not in seen["labels"]
-    assert "margin" in seen["labels"]
+    assert "margin 20 mm" in seen["labels"]
     assert abs(seen["ymax"] - 70.0) < 0.5 and abs(seen["xmax"] - 10.0) < 1e-9
