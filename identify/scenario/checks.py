@@ -594,3 +594,32 @@ def _delegate(backend: str, settings: dict, path: tuple, ctx: _Ctx, required: bo
         key = _blame(path, settings, msg)
         raise ctx.error((paths or {}).get(key[-1], key) if len(key) > len(path) else key,
                         msg) from None
+
+
+def input_paths(scn: Scenario) -> list[tuple[str, Path]]:
+    """Every file or folder the scenario names as an input, as (key path, path): the fields
+    marked ``file`` / ``exists`` in identify.scenario.spec (arm.urdf, arm.drives,
+    trajectories.*.file, fit.*.file, closed_loop.model, payload.arm_model, hardware.config, ...),
+    each held entry (trajectories.excitation.held[i], a run folder, recording or log) and the
+    scenario file itself. The run folder uses it so that --force never removes an input."""
+    out: list[tuple[str, Path]] = []
+
+    def walk(obj, key: str) -> None:
+        for f in dataclasses.fields(obj):
+            v, k = getattr(obj, f.name), f"{key}.{f.name}" if key else f.name
+            if v is None or f.metadata.get("internal"):
+                continue
+            if f.metadata.get("file") or f.metadata.get("exists"):
+                out.append((k, Path(v)))
+            elif isinstance(v, (tuple, list)):
+                for i, e in enumerate(v):
+                    if isinstance(e, Path):
+                        out.append((f"{k}[{i}]", e))
+                    elif dataclasses.is_dataclass(e):
+                        walk(e, f"{k}[{i}]")
+            elif dataclasses.is_dataclass(v):
+                walk(v, k)
+    walk(scn, "")
+    if scn.source is not None:
+        out.append(("the scenario file", Path(scn.source)))
+    return out

@@ -209,8 +209,108 @@ def margin_half_a_metre(tmp):
     return _excitation(tmp, collision_margin_m=0.5)
 
 
+# -- --force never deletes the command's own inputs (issue 25): each input lies in the outputs
+#    --force would remove; the input must still be there after the refusal (FORCE_INPUTS) ----
+def _out_with_run(tmp) -> Path:
+    """tmp/out holding a previous run's outputs."""
+    out = tmp / "out"
+    (out / "recordings").mkdir(parents=True)
+    (out / "metrics.json").write_text("{}")
+    return out
+
+
+def force_fit_log_in_out(tmp):
+    out = _out_with_run(tmp)
+    (out / "recordings" / "log.csv").write_text("0,0,0,0,0,0,0,1,1,1,1,1,1\n")
+    return _fit(tmp, out / "recordings" / "log.csv") + ["--force"]
+
+
+def force_fit_section_log_in_out(tmp):
+    argv = force_fit_log_in_out(tmp)
+    d = yaml.safe_load(Path(argv[1]).read_text())
+    d["fit"]["excitation"]["file"] = str(tmp / "out" / "recordings" / "log.csv")
+    return ["fit", _write(tmp, d), "--out", str(tmp / "out"), "--force"]
+
+
+def force_trajectory_file_in_out(tmp):
+    import math
+    import numpy as np
+    from identify.excitation.fourier import FourierTrajectory
+    out = _out_with_run(tmp)
+    (out / "trajectories").mkdir()
+    a = np.zeros((6, 2))
+    a[0] = [0.05, -0.05]
+    FourierTrajectory(q0=np.zeros(6), a=a, b=np.zeros((6, 2)), wf=2 * math.pi / 4.0).save(
+        out / "trajectories" / "validation.yaml")
+    return _traj_file(tmp, out / "trajectories" / "validation.yaml") + ["--force"]
+
+
+def force_scenario_in_out(tmp):
+    out = _out_with_run(tmp)
+    return ["run", _write(out, _base(), "scenario.yaml"), "--out", str(out), "--force"]
+
+
+def force_closed_loop_model_is_out(tmp):
+    out = _out_with_run(tmp)
+    (out / "identified.urdf").write_text((ASSETS / "cobot6.urdf").read_text())
+    d = _base()
+    d["closed_loop"] = {"model": str(out)}
+    return ["run", _write(tmp, d), "--out", str(out), "--force"]
+
+
+def force_out_inside_closed_loop_model(tmp):
+    argv = force_closed_loop_model_is_out(tmp)
+    (tmp / "out" / "plots").mkdir()
+    (tmp / "out" / "plots" / "a.png").write_bytes(b"png")
+    return argv[:3] + [str(tmp / "out" / "plots"), "--force"]
+
+
+def force_payload_arm_model_in_out(tmp):
+    out = _out_with_run(tmp)
+    (out / "identified.urdf").write_text((ASSETS / "cobot6.urdf").read_text())
+    d = _base()
+    d["payload"] = {"arm_model": str(out / "identified.urdf")}
+    d["arm"]["payload"] = {"mass_kg": 1.0, "com_m": [0, 0, 0.05]}
+    return ["run", _write(tmp, d), "--out", str(out), "--force"]
+
+
+def force_hardware_recordings_in_out(tmp):
+    out = _out_with_run(tmp)
+    (out / "recordings" / "run00_20261202-031500").mkdir()
+    (out / "recordings" / "run00_20261202-031500" / "chunk-000000.npz").write_bytes(b"rows")
+    return ["run", _write(tmp, _base()), "--out", str(out), "--force"]
+
+
+#: each --force row and the input (relative to tmp) that must survive it
+FORCE_INPUTS = {
+    force_fit_log_in_out: "out/recordings/log.csv",
+    force_fit_section_log_in_out: "out/recordings/log.csv",
+    force_trajectory_file_in_out: "out/trajectories/validation.yaml",
+    force_scenario_in_out: "out/scenario.yaml",
+    force_closed_loop_model_is_out: "out/identified.urdf",
+    force_out_inside_closed_loop_model: "out/plots/a.png",
+    force_payload_arm_model_in_out: "out/identified.urdf",
+    force_hardware_recordings_in_out: "out/recordings/run00_20261202-031500/chunk-000000.npz",
+}
+
+
 CASES = [
     # (input, exit code, fragment of the message)
+    (force_fit_log_in_out, 2, "--log: {tmp}/out/recordings/log.csv is in the run folder "
+                              "--out {tmp}/out, whose outputs --force would replace"),
+    (force_fit_section_log_in_out, 2, "fit.excitation.file: {tmp}/out/recordings/log.csv is in "
+                                      "the run folder"),
+    (force_trajectory_file_in_out, 2, "trajectories.validation.file: "
+                                      "{tmp}/out/trajectories/validation.yaml is in the run folder"),
+    (force_scenario_in_out, 2, "the scenario file: {tmp}/out/scenario.yaml is in the run folder"),
+    (force_closed_loop_model_is_out, 2, "closed_loop.model: {tmp}/out is the run folder"),
+    (force_out_inside_closed_loop_model, 2, "closed_loop.model: {tmp}/out holds the run folder "
+                                            "--out {tmp}/out/plots"),
+    (force_payload_arm_model_in_out, 2, "payload.arm_model: {tmp}/out/identified.urdf is in the "
+                                        "run folder"),
+    (force_hardware_recordings_in_out, 2, "recordings/run00_20261202-031500 holds samples "
+                                          "recorded on the arm (hardware run), which --force "
+                                          "never removes"),
     (start_pose_inside_a_box, 2, "s.yaml:15: trajectories.excitation.obstacles[0]: infeasible: "
                                  "obstacle 'lamp' (obstacles[0]): at the start pose"),
     (validation_start_in_self_collision, 2,
@@ -270,9 +370,12 @@ def test_hostile_input(make, code, fragment, tmp_path, capsys, tripwire, monkeyp
     out = capsys.readouterr()
     text = " ".join((out.out + out.err).split())
     assert got == code, text
-    assert fragment in text, text
+    assert fragment.format(tmp=tmp_path) in text, text
     if code == 2:
         assert "Traceback" not in text
+    if make in FORCE_INPUTS:            # refused before anything was removed
+        assert (tmp_path / FORCE_INPUTS[make]).is_file()
+        assert (tmp_path / "out" / "metrics.json").is_file()
 
 
 def test_trajectory_files_are_checked_before_any_optimization(tmp_path, capsys, tripwire,
