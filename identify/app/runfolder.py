@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import os
 import platform
@@ -134,6 +135,7 @@ def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: boo
     * It must be writable with `need_bytes` + :data:`FOLDER_BASE_BYTES` free.
     On an exception the lock is released, and a folder this call created is removed if empty.
     """
+    _refuse_bad_link(out)
     created = out is None or not Path(out).exists()
     if out is not None:
         prob = writable_problem(Path(out), 0)
@@ -175,6 +177,21 @@ def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: boo
         raise
     finally:
         lock.unlink(missing_ok=True)
+
+
+def _refuse_bad_link(out) -> None:
+    """--out (or a folder above it) that is a symlink loop or a dangling symlink: InputError
+    naming it (mkdir said only "File exists")."""
+    if out is None:
+        return
+    for p in (Path(out), *Path(out).parents):
+        if p.is_symlink():
+            try:
+                os.stat(p)
+            except OSError as exc:
+                kind = "a symlink loop" if exc.errno == errno.ELOOP else \
+                    f"a symlink to {os.readlink(p)}, which does not exist"
+                raise InputError(f"--out {out}: {p} is {kind}; choose another --out") from None
 
 
 def _refuse_replacing_inputs(scn: Scenario, folder: Path, inputs: dict | None) -> None:

@@ -281,6 +281,41 @@ def force_hardware_recordings_in_out(tmp):
     return ["run", _write(tmp, _base()), "--out", str(out), "--force"]
 
 
+def out_symlink_loop(tmp):
+    os.symlink(tmp / "b", tmp / "a")
+    os.symlink(tmp / "a", tmp / "b")
+    return ["run", _write(tmp, _base()), "--out", str(tmp / "a" / "run")]
+
+
+def out_dangling_symlink(tmp):
+    os.symlink(tmp / "gone", tmp / "out")
+    return ["run", _write(tmp, _base()), "--out", str(tmp / "out")]
+
+
+def name_300_characters(tmp):
+    d = _base()
+    d["name"] = "n" * 300
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def _processing(tmp, **keys):
+    d = _base()
+    d["processing"] = keys
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def delay_5_s(tmp):
+    return _processing(tmp, delay=5.0)
+
+
+def smooth_passes_3000(tmp):
+    return _processing(tmp, smooth_passes=3000)
+
+
+def delay_auto_reaches_the_work(tmp):
+    return _processing(tmp, delay="auto")
+
+
 #: each --force row and the input (relative to tmp) that must survive it
 FORCE_INPUTS = {
     force_fit_log_in_out: "out/recordings/log.csv",
@@ -296,6 +331,15 @@ FORCE_INPUTS = {
 
 CASES = [
     # (input, exit code, fragment of the message)
+    (out_symlink_loop, 2, "--out {tmp}/a/run: {tmp}/a is a symlink loop"),
+    (out_dangling_symlink, 2, "--out {tmp}/out: {tmp}/out is a symlink to {tmp}/gone, which "
+                              "does not exist"),
+    (name_300_characters, 2, "s.yaml:1: name: 300 bytes long; at most 120"),
+    (delay_5_s, 2, "processing.delay: 5 s is 125% of the 4 s trajectory: a torque delay is a few "
+                   "milliseconds (bound 0.2 s"),
+    (smooth_passes_3000, 2, "processing.smooth_passes: 3000 passes is beyond the bound of 200"),
+    # documented, was refused as "must be a number": now accepted (the tripwire: exit 130)
+    (delay_auto_reaches_the_work, 130, "interrupted"),
     (force_fit_log_in_out, 2, "--log: {tmp}/out/recordings/log.csv is in the run folder "
                               "--out {tmp}/out, whose outputs --force would replace"),
     (force_fit_section_log_in_out, 2, "fit.excitation.file: {tmp}/out/recordings/log.csv is in "
