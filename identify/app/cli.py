@@ -25,7 +25,9 @@ Exit codes (scripts can rely on them):
     4    safety refusal: the backend refused to move the arm (limits, not armed, ...) or a
          safety stop of the hardware backend (robot.safety.SafetyError and subclasses)
     130  interrupted (Ctrl-C); finished sweep runs stay on disk and are skipped on the next run
-    143  SIGTERM (129 SIGHUP) during a hardware run, after the defined stop sequence
+    143  SIGTERM (129 SIGHUP); during a hardware run after the defined stop sequence. Any step
+         (trajectory optimization, compilation, ...) ends within a second of the signal, and
+         nothing it was computing is cached (identify.common.interrupts)
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ import os
 import sys
 import traceback
 
-from identify.common import progress
+from identify.common import interrupts, progress
 from identify.common.errors import InputError
 from identify.scenario.spec import ScenarioError
 
@@ -116,13 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     progress.set_quiet(quiet)
     _matplotlib_config_dir()
     try:
-        out = _dispatch(args)
+        # SIGINT / SIGTERM / SIGHUP end the command within a second with 128 + signum, even
+        # inside IPOPT or compiled code (identify.common.interrupts)
+        with interrupts.handling():
+            out = _dispatch(args)
         if out is not None:      # the result path(s) on stdout, also under --quiet (for scripts)
             print(out)
         return EXIT_OK
-    except KeyboardInterrupt:
-        print("twinid: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        name = f" ({exc.args[0]})" if isinstance(exc, interrupts.Interrupted) else ""
+        print(f"twinid: interrupted{name}", file=sys.stderr)
+        code = interrupts.exit_code(exc)
+        if interrupts.leaving():   # a real signal: exit now, the run folder is released already
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except ScenarioError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_INPUT
@@ -153,10 +164,10 @@ def classify(exc: BaseException) -> int | None:
     """Exit code for an exception (None: let it propagate, e.g. SystemExit)."""
     if isinstance(exc, (SystemExit, GeneratorExit)):
         return None
+    if isinstance(getattr(exc, "signum", None), int):    # a backend stopped on SIGTERM / SIGHUP,
+        return 128 + exc.signum                          # or identify.common.interrupts
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
-    if isinstance(getattr(exc, "signum", None), int):    # a backend stopped on SIGTERM / SIGHUP
-        return 128 + exc.signum
     if isinstance(exc, (ScenarioError, InputError, FileNotFoundError)):
         return EXIT_INPUT
     names = {c.__name__ for c in type(exc).__mro__}

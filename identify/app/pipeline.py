@@ -159,7 +159,8 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
     the defaults for real arms' logs (identify.scenario.signals)."""
     from identify.scenario.signals import resolve_joint_model
     if scn.payload is not None:
-        with claim_run_folder(scn, out, force=force, command="fit") as folder:
+        with claim_run_folder(scn, out, force=force, command="fit",
+                              inputs={"--log": log}) as folder:
             return RunResult(*control_only(scn, folder, "fit", log=log))
     timings: dict = {}
     t0 = time.perf_counter()
@@ -167,7 +168,8 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
     model = build_model(scn)
     gains = None if scn.arm.drives is None else gains_from_drives(scn.arm.drives, model.joint_names)
     size = sum(Path(s.file).stat().st_size for s in specs.values())
-    with claim_run_folder(scn, out, force=force, need_bytes=2 * size, command="fit") as folder:
+    with claim_run_folder(scn, out, force=force, need_bytes=2 * size, command="fit",
+                          inputs={"--log": log, "--validation-log": validation_log}) as folder:
         warnings: list = []
         with progress.step("reading logs", timings):
             recs = {label: load_log(spec, model.joint_names, gains=gains, model=model,

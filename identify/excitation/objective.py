@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 import casadi as ca
 import numpy as np
+from identify.common import interrupts
 from .cache import _problem_key
 from .conditioning import base_regressor_function
 from .parametrization import free_basis, states_on_grid
@@ -290,6 +291,7 @@ class _ObjCallback(ca.Callback):
         return ca.Sparsity.dense(1, self.nx) if self.grad else ca.Sparsity.dense(1, 1)
 
     def eval(self, arg):
+        interrupts.check()      # IPOPT ends on the exception (the optimizer re-raises it)
         x = np.asarray(arg[0], float).reshape(-1)
         if self.grad:
             return [ca.DM(self.obj.gradient(x)).T]
@@ -397,6 +399,7 @@ class _RowsCallback(ca.Callback):
                 else ca.Sparsity.dense(self.size, 1))
 
     def eval(self, arg):
+        interrupts.check()
         x = np.asarray(arg[0], float).reshape(-1)
         if self.jac:
             return [ca.DM(self.rows.jacobian(x))]

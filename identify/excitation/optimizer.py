@@ -92,6 +92,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 import numpy as np
+from identify.common import interrupts
 from .fourier import FourierTrajectory, _plain
 from .cache import _load_cache, _problem_key, _save_cache
 from .conditioning import CondEvaluator, base_parameters, limit_ratios, trajectory_cond
@@ -149,6 +150,7 @@ def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitat
             args.update(lam_g0=warm[0][sel], lam_x0=warm[1])
         solver = nlp.sub_solver(keep, warm=warm is not None)
         sol = solver(**args)
+        interrupts.check()      # IPOPT turns an interrupt into a status: never take it as a result
         st = solver.stats()
         lam = np.zeros(lbg.size)
         lam[sel] = np.asarray(sol["lam_g"]).reshape(-1)
@@ -462,6 +464,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         n_base=int(len(bp.independent)), base_names=list(getattr(bp, "names", [])),
         problem=problem, seed=int(seed), n_starts=int(n_starts), cache_file=None)
     if cache_file is not None:
+        interrupts.check()      # an interrupted solve is never cached
         _save_cache(cache_file, res)
         res.cache_file = str(cache_file)
     return res
@@ -476,11 +479,15 @@ def _run_start_job(s: int):
 
 
 def _start_worker_init(parent: int) -> None:
-    """Forked start worker: die with the parent. A parent killed by a signal (SIGTERM has no
-    handler in a twin run) would otherwise leave its pool workers waiting for work forever."""
+    """Forked start worker: die with the parent. A parent killed by a signal (or by the
+    interrupt watchdog, identify.common.interrupts) would otherwise leave its pool workers
+    waiting for work forever. SIGINT / SIGTERM / SIGHUP (a Ctrl-C reaches the whole process
+    group) end the worker at once: the parent, interrupted itself, stops the pool."""
     import ctypes
     import os
     import signal
+    for s in interrupts.SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))    # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -492,7 +499,8 @@ def _start_worker_init(parent: int) -> None:
 def start_workers(n_starts: int, workers: int | None = None) -> int:
     """How many processes _map_starts uses: `workers` (None: the cores this process may use),
     at most one per start, and 1 where forking is not safe or possible: not Linux, a daemonic
-    process (a pool worker), or other threads alive (a forked child could inherit a held lock)."""
+    process (a pool worker), or other threads alive (a forked child could inherit a held lock;
+    the interrupt watchdog holds none)."""
     import multiprocessing as mp
     import os
     import sys
@@ -501,7 +509,7 @@ def start_workers(n_starts: int, workers: int | None = None) -> int:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     w = max(1, min(int(workers), int(n_starts)))
     if (w < 2 or not sys.platform.startswith("linux") or mp.current_process().daemon
-            or threading.active_count() > 1):
+            or sum(not interrupts.is_watchdog(t) for t in threading.enumerate()) > 1):
         return 1
     return w
 
@@ -529,14 +537,20 @@ def _map_starts(job, n_starts: int, workers: int | None) -> list:
             return [job(s) for s in range(n_starts)]
         try:
             with ex:
-                return list(ex.map(_run_start_job, range(n_starts)))
+                try:
+                    return list(ex.map(_run_start_job, range(n_starts)))
+                except BaseException:
+                    interrupts.stop_pool(ex)    # interrupted: the starts are not waited for
+                    raise
         except cf.process.BrokenProcessPool:
+            interrupts.check()      # a Ctrl-C (to the whole group) ended the workers
             # a worker died (e.g. killed by the OOM killer): the starts are seeded by index,
             # so running them here gives the result the pool would have
             warn("an excitation start's worker process died; its starts re-run in this process")
             return [job(s) for s in range(n_starts)]
     finally:
         _START_JOB = None
+
 
 
 def _initial_guess(model, problem, rng, lim, caps=None) -> FourierTrajectory:

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 import warnings
@@ -30,7 +29,7 @@ from pathlib import Path
 import casadi as ca
 import numpy as np
 
-from identify.common import progress
+from identify.common import interrupts, progress
 from identify.common.fileio import atomic_write_text, usable_cache
 
 from .spatial import axis_rotation
@@ -241,8 +240,9 @@ def compile_function(f: ca.Function) -> ca.Function:
             cg.generate(tmp + os.sep)
             tmp_so = Path(tmp) / so.name
             try:
-                res = subprocess.run([cc, "-O2", "-shared", "-fPIC", str(Path(tmp) / src),
-                                      "-o", str(tmp_so), "-lm"], capture_output=True, text=True)
+                # own process group, killed whole on an interrupt (no orphaned cc1)
+                res = interrupts.run_group([cc, "-O2", "-shared", "-fPIC", str(Path(tmp) / src),
+                                            "-o", str(tmp_so), "-lm"])
                 err = res.stderr.strip()[:300] if res.returncode != 0 else None
             except OSError as exc:
                 err = str(exc)

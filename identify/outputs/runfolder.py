@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import os
 import platform
@@ -112,7 +113,7 @@ def _take_lock(folder: Path, command: str) -> Path:
 
 @contextlib.contextmanager
 def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: bool = False,
-                     need_bytes: int = 0, command: str = "run"):
+                     need_bytes: int = 0, command: str = "run", inputs: dict | None = None):
     """Claim the run folder for one command, BEFORE any work; yields its path.
 
     * The folder is created (auto-named ones exclusively) and locked with an exclusively
@@ -120,10 +121,14 @@ def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: boo
       first runs. A lock left by a process that died on this host is taken over.
     * An existing `out` holding anything is refused unless `force` (then every output a twinid
       command writes -- :data:`identify.outputs.layout.OUTPUT_NAMES` -- is removed first, so nothing of the previous
-      run, e.g. its plots, can mix with the new one; other files are left alone).
+      run, e.g. its plots, can mix with the new one; other files are left alone). Refused
+      (exit 2, naming it) when that would remove an input of the command -- any file of the
+      scenario (identify.scenario.checks.input_paths) or of `inputs` ({"--log": path}) lies in
+      those outputs, is the folder or holds it -- or recordings made on the arm.
     * It must be writable with `need_bytes` + :data:`FOLDER_BASE_BYTES` free.
     On an exception the lock is released, and a folder this call created is removed if empty.
     """
+    _refuse_bad_link(out)
     created = out is None or not Path(out).exists()
     if out is not None:
         prob = writable_problem(Path(out), 0)
@@ -135,12 +140,13 @@ def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: boo
     lock = _take_lock(folder, command)
     try:
         held = sorted(p.name for p in folder.iterdir() if p.name != layout.LOCK)
+        if held:
+            _refuse_replacing_inputs(scn, folder, inputs)
         if held and not force:
             shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
             raise InputError(f"--out {folder}: the folder is not empty ({shown}); pass --force to "
                              f"replace a previous run's outputs, or choose a new folder")
         if held:
-            _refuse_replacing_held(scn, folder)
             for name in layout.OUTPUT_NAMES:
                 p = folder / name
                 if p.is_dir() and not p.is_symlink():
@@ -166,16 +172,45 @@ def claim_run_folder(scn: Scenario, out: str | os.PathLike | None, *, force: boo
         lock.unlink(missing_ok=True)
 
 
-def _refuse_replacing_held(scn: Scenario, folder: Path) -> None:
-    """--force would remove the recordings of `folder`: refuse when the scenario holds data
-    from there (trajectories.excitation.held), so no recorded data are lost."""
+def _refuse_bad_link(out) -> None:
+    """--out (or a folder above it) that is a symlink loop or a dangling symlink: InputError
+    naming it (mkdir said only "File exists")."""
+    if out is None:
+        return
+    for p in (Path(out), *Path(out).parents):
+        if p.is_symlink():
+            try:
+                os.stat(p)
+            except OSError as exc:
+                kind = "a symlink loop" if exc.errno == errno.ELOOP else \
+                    f"a symlink to {os.readlink(p)}, which does not exist"
+                raise InputError(f"--out {out}: {p} is {kind}; choose another --out") from None
+
+
+def _refuse_replacing_inputs(scn: Scenario, folder: Path, inputs: dict | None) -> None:
+    """--force would remove `folder`'s outputs (layout.OUTPUT_NAMES): refuse (InputError naming the
+    key and path) when an input of the command is among them, is the folder or holds it, and
+    when the folder holds recordings made on the arm (a hardware run's chunk folders
+    recordings/run*, the lab's only copy: never removed by --force)."""
+    from identify.scenario.checks import input_paths
     root = folder.resolve()
-    for i, entry in enumerate(scn.trajectories.excitation.held):
-        p = Path(getattr(entry, "file", None) or entry).resolve()
-        if p == root or root in p.parents:
-            raise InputError(f"trajectories.excitation.held[{i}]: {p} is in the run folder "
-                             f"--out {folder}, whose outputs --force would replace; choose "
-                             f"another --out")
+    doomed = [root / n for n in layout.OUTPUT_NAMES]
+    for key, p in [*input_paths(scn), *(inputs or {}).items()]:
+        p = None if p is None else Path(p).resolve()
+        if p is None or not (p == root or p in root.parents
+                             or any(p == d or d in p.parents for d in doomed)):
+            continue
+        where = ("is the run folder" if p == root else "holds the run folder" if p in
+                 root.parents else "is in the run folder")
+        raise InputError(f"{key}: {p} {where} --out {folder}, whose outputs --force would "
+                         f"replace; --force never removes an input of the command: choose "
+                         f"another --out")
+    arm = sorted(str(d.relative_to(root)) for d in (root / layout.RECORDINGS).rglob("run*")
+                 if d.is_dir())
+    if arm:
+        raise InputError(f"--out {folder}: {arm[0]} holds samples recorded on the "
+                         f"arm (hardware run), which --force never removes; move "
+                         f"{root / layout.RECORDINGS} elsewhere or choose another --out")
 
 
 def _remove_if_empty(folder: Path) -> None:

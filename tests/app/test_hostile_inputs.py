@@ -209,8 +209,152 @@ def margin_half_a_metre(tmp):
     return _excitation(tmp, collision_margin_m=0.5)
 
 
+# -- --force never deletes the command's own inputs (issue 25): each input lies in the outputs
+#    --force would remove; the input must still be there after the refusal (FORCE_INPUTS) ----
+def _out_with_run(tmp) -> Path:
+    """tmp/out holding a previous run's outputs."""
+    out = tmp / "out"
+    (out / "recordings").mkdir(parents=True)
+    (out / "metrics.json").write_text("{}")
+    return out
+
+
+def force_fit_log_in_out(tmp):
+    out = _out_with_run(tmp)
+    (out / "recordings" / "log.csv").write_text("0,0,0,0,0,0,0,1,1,1,1,1,1\n")
+    return _fit(tmp, out / "recordings" / "log.csv") + ["--force"]
+
+
+def force_fit_section_log_in_out(tmp):
+    argv = force_fit_log_in_out(tmp)
+    d = yaml.safe_load(Path(argv[1]).read_text())
+    d["fit"]["excitation"]["file"] = str(tmp / "out" / "recordings" / "log.csv")
+    return ["fit", _write(tmp, d), "--out", str(tmp / "out"), "--force"]
+
+
+def force_trajectory_file_in_out(tmp):
+    import math
+    import numpy as np
+    from identify.excitation.fourier import FourierTrajectory
+    out = _out_with_run(tmp)
+    (out / "trajectories").mkdir()
+    a = np.zeros((6, 2))
+    a[0] = [0.05, -0.05]
+    FourierTrajectory(q0=np.zeros(6), a=a, b=np.zeros((6, 2)), wf=2 * math.pi / 4.0).save(
+        out / "trajectories" / "validation.yaml")
+    return _traj_file(tmp, out / "trajectories" / "validation.yaml") + ["--force"]
+
+
+def force_scenario_in_out(tmp):
+    out = _out_with_run(tmp)
+    return ["run", _write(out, _base(), "scenario.yaml"), "--out", str(out), "--force"]
+
+
+def force_closed_loop_model_is_out(tmp):
+    out = _out_with_run(tmp)
+    (out / "identified.urdf").write_text((ASSETS / "cobot6.urdf").read_text())
+    d = _base()
+    d["closed_loop"] = {"model": str(out)}
+    return ["run", _write(tmp, d), "--out", str(out), "--force"]
+
+
+def force_out_inside_closed_loop_model(tmp):
+    argv = force_closed_loop_model_is_out(tmp)
+    (tmp / "out" / "plots").mkdir()
+    (tmp / "out" / "plots" / "a.png").write_bytes(b"png")
+    return argv[:3] + [str(tmp / "out" / "plots"), "--force"]
+
+
+def force_payload_arm_model_in_out(tmp):
+    out = _out_with_run(tmp)
+    (out / "identified.urdf").write_text((ASSETS / "cobot6.urdf").read_text())
+    d = _base()
+    d["payload"] = {"arm_model": str(out / "identified.urdf")}
+    d["arm"]["payload"] = {"mass_kg": 1.0, "com_m": [0, 0, 0.05]}
+    return ["run", _write(tmp, d), "--out", str(out), "--force"]
+
+
+def force_hardware_recordings_in_out(tmp):
+    out = _out_with_run(tmp)
+    (out / "recordings" / "run00_20261202-031500").mkdir()
+    (out / "recordings" / "run00_20261202-031500" / "chunk-000000.npz").write_bytes(b"rows")
+    return ["run", _write(tmp, _base()), "--out", str(out), "--force"]
+
+
+def out_symlink_loop(tmp):
+    os.symlink(tmp / "b", tmp / "a")
+    os.symlink(tmp / "a", tmp / "b")
+    return ["run", _write(tmp, _base()), "--out", str(tmp / "a" / "run")]
+
+
+def out_dangling_symlink(tmp):
+    os.symlink(tmp / "gone", tmp / "out")
+    return ["run", _write(tmp, _base()), "--out", str(tmp / "out")]
+
+
+def name_300_characters(tmp):
+    d = _base()
+    d["name"] = "n" * 300
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def _processing(tmp, **keys):
+    d = _base()
+    d["processing"] = keys
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def delay_5_s(tmp):
+    return _processing(tmp, delay=5.0)
+
+
+def smooth_passes_3000(tmp):
+    return _processing(tmp, smooth_passes=3000)
+
+
+def delay_auto_reaches_the_work(tmp):
+    return _processing(tmp, delay="auto")
+
+
+#: each --force row and the input (relative to tmp) that must survive it
+FORCE_INPUTS = {
+    force_fit_log_in_out: "out/recordings/log.csv",
+    force_fit_section_log_in_out: "out/recordings/log.csv",
+    force_trajectory_file_in_out: "out/trajectories/validation.yaml",
+    force_scenario_in_out: "out/scenario.yaml",
+    force_closed_loop_model_is_out: "out/identified.urdf",
+    force_out_inside_closed_loop_model: "out/plots/a.png",
+    force_payload_arm_model_in_out: "out/identified.urdf",
+    force_hardware_recordings_in_out: "out/recordings/run00_20261202-031500/chunk-000000.npz",
+}
+
+
 CASES = [
     # (input, exit code, fragment of the message)
+    (out_symlink_loop, 2, "--out {tmp}/a/run: {tmp}/a is a symlink loop"),
+    (out_dangling_symlink, 2, "--out {tmp}/out: {tmp}/out is a symlink to {tmp}/gone, which "
+                              "does not exist"),
+    (name_300_characters, 2, "s.yaml:1: name: 300 bytes long; at most 120"),
+    (delay_5_s, 2, "processing.delay: 5 s is 125% of the 4 s trajectory: a torque delay is a few "
+                   "milliseconds (bound 0.2 s"),
+    (smooth_passes_3000, 2, "processing.smooth_passes: 3000 passes is beyond the bound of 200"),
+    # documented, was refused as "must be a number": now accepted (the tripwire: exit 130)
+    (delay_auto_reaches_the_work, 130, "interrupted"),
+    (force_fit_log_in_out, 2, "--log: {tmp}/out/recordings/log.csv is in the run folder "
+                              "--out {tmp}/out, whose outputs --force would replace"),
+    (force_fit_section_log_in_out, 2, "fit.excitation.file: {tmp}/out/recordings/log.csv is in "
+                                      "the run folder"),
+    (force_trajectory_file_in_out, 2, "trajectories.validation.file: "
+                                      "{tmp}/out/trajectories/validation.yaml is in the run folder"),
+    (force_scenario_in_out, 2, "the scenario file: {tmp}/out/scenario.yaml is in the run folder"),
+    (force_closed_loop_model_is_out, 2, "closed_loop.model: {tmp}/out is the run folder"),
+    (force_out_inside_closed_loop_model, 2, "closed_loop.model: {tmp}/out holds the run folder "
+                                            "--out {tmp}/out/plots"),
+    (force_payload_arm_model_in_out, 2, "payload.arm_model: {tmp}/out/identified.urdf is in the "
+                                        "run folder"),
+    (force_hardware_recordings_in_out, 2, "recordings/run00_20261202-031500 holds samples "
+                                          "recorded on the arm (hardware run), which --force "
+                                          "never removes"),
     (start_pose_inside_a_box, 2, "s.yaml:15: trajectories.excitation.obstacles[0]: infeasible: "
                                  "obstacle 'lamp' (obstacles[0]): at the start pose"),
     (validation_start_in_self_collision, 2,
@@ -270,9 +414,12 @@ def test_hostile_input(make, code, fragment, tmp_path, capsys, tripwire, monkeyp
     out = capsys.readouterr()
     text = " ".join((out.out + out.err).split())
     assert got == code, text
-    assert fragment in text, text
+    assert fragment.format(tmp=tmp_path) in text, text
     if code == 2:
         assert "Traceback" not in text
+    if make in FORCE_INPUTS:            # refused before anything was removed
+        assert (tmp_path / FORCE_INPUTS[make]).is_file()
+        assert (tmp_path / "out" / "metrics.json").is_file()
 
 
 def test_trajectory_files_are_checked_before_any_optimization(tmp_path, capsys, tripwire,
@@ -282,3 +429,114 @@ def test_trajectory_files_are_checked_before_any_optimization(tmp_path, capsys, 
     monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
     assert main(trajectory_is_other_yaml(tmp_path)) == 2
     assert "trajectories.validation.file" in capsys.readouterr().err
+
+
+# -- logs of a user's arm (issue 25): each row changes a log simulated from the arm's URDF
+#    (identify.logs.simulate: the truth is known) and is refused naming the file, key, joint or
+#    time span, or read as it should be -----------------------------------------------------
+@pytest.fixture(scope="module")
+def arm_log(tmp_path_factory):
+    """(model, csv file, gains, column map) of an 8 s, 100 Hz simulated log with currents."""
+    from identify.logs.simulate import simulate, write_log
+    from identify.model.robot_model import RobotModel
+    model = RobotModel.from_urdf(str(ASSETS / "cobot6.urdf"))
+    log = simulate(model, duration_s=8.0, rate_hz=100.0, signals="both", seed=0)
+    folder = tmp_path_factory.mktemp("armlog")
+    f = write_log(log, folder, "csv")
+    gains = yaml.safe_load((folder / "truth.yaml").read_text())["gains"]
+    cols = {"time": "t", "q": [f"q_{j}" for j in range(6)], "i_m": [f"i_m_{j}" for j in range(6)]}
+    return model, Path(f), [float(g) for g in gains], cols
+
+
+def _rows(f: Path, keep) -> Path:
+    """A copy of the CSV log `f` with only the data rows keep(t) is true for."""
+    import numpy as np
+    lines = f.read_text().splitlines()
+    t = np.array([float(ln.split(",")[0]) for ln in lines[1:]])
+    out = f.with_name(f"cut_{abs(hash(keep)) % 10**8}.csv")
+    out.write_text("\n".join([lines[0]] + [ln for ln, k in zip(lines[1:], keep(t)) if k]) + "\n")
+    return out
+
+
+def _nan_row(f: Path, row: int, col: int) -> Path:
+    lines = f.read_text().splitlines()
+    cells = lines[row].split(",")
+    cells[col] = "nan"
+    lines[row] = ",".join(cells)
+    out = f.with_name(f"nan_{row}_{col}.csv")
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def log_gap_2s(f, g):
+    return {"file": _rows(f, lambda t: (t < 3.0) | (t >= 5.0))}
+
+
+def log_gap_8_samples_filled(f, g):      # short losses are bridged by the resampling
+    return {"file": _rows(f, lambda t: (t < 3.0) | (t >= 3.08))}
+
+
+def log_one_negative_gain(f, g):
+    return {"current_gains": g[:2] + [-g[2]] + g[3:]}
+
+
+def log_all_gains_negative(f, g):
+    return {"current_gains": [-x for x in g]}
+
+
+def log_radians_read_as_degrees(f, g):
+    return {"position_unit": "deg"}
+
+
+def log_window_past_the_end(f, g):
+    return {"window_s": [6.0, 20.0]}
+
+
+def log_window_rows_past_the_end(f, g):
+    return {"window_rows": [700, 900]}
+
+
+def log_nan_outside_the_window(f, g):
+    return {"file": _nan_row(f, 50, 3), "window_s": [2.0, 7.5]}
+
+
+def log_nan_inside_the_window(f, g):
+    return {"file": _nan_row(f, 500, 3), "window_s": [2.0, 7.5]}
+
+
+LOG_CASES = [
+    # (change of the log spec, None: read, else a fragment of the LogError)
+    (log_gap_2s, "time: 1 gap(s) in the samples longer than 10 sample periods (0.1 s at 100 Hz), "
+                 "from the log's start: 2.990..5.000 s (2.01 s, after line 300); they would be "
+                 "filled by interpolation: fit the part without a gap (window_s: [5.000, 7.990])"),
+    (log_gap_8_samples_filled, None),
+    (log_one_negative_gain, "motor torque of joint joint3 is -1x the URDF's rigid-body torque"),
+    (log_all_gains_negative, "motor torque of joint joint1 is -1."),
+    (log_radians_read_as_degrees, "the log is probably in radians read as degrees: set "
+                                  "position_unit: rad"),
+    (log_window_past_the_end, "window_s [6.0, 20.0] reaches beyond the log (it spans 0..7.99 s "
+                              "from its start)"),
+    (log_window_rows_past_the_end, "window_rows [700, 900] reaches beyond the log (it spans "
+                                   "rows 0..800)"),
+    (log_nan_outside_the_window, None),
+    (log_nan_inside_the_window, "i_m of joint 3 is not finite at line 500"),
+]
+
+
+@pytest.mark.parametrize("change, fragment", LOG_CASES, ids=[c[0].__name__ for c in LOG_CASES])
+def test_hostile_log(change, fragment, arm_log):
+    from identify.logs.load import LogError, load_log
+    from identify.scenario.spec import ColumnMap, LogSpec
+    model, f, gains, cols = arm_log
+    keys = {"file": f, "format": "csv", "columns": ColumnMap(**cols), "current_gains": gains}
+    keys.update(change(f, gains))
+    spec = LogSpec(**keys)
+    if fragment is None:
+        rec = load_log(spec, model.joint_names, model=model, warnings=[])
+        assert rec.t.shape[0] >= 500 and rec.tau_m is not None
+        assert all(v is None or bool((v == v).all()) for v in (rec.q, rec.tau_m))
+        return
+    with pytest.raises(LogError) as exc:
+        load_log(spec, model.joint_names, model=model, warnings=[])
+    text = " ".join(str(exc.value).split())
+    assert text.startswith(str(spec.file)) and fragment in text, text

@@ -10,15 +10,8 @@ import re
 import numpy as np
 import pytest
 
-import importlib
-from pathlib import Path
 
-import identify
-
-# the report module moves from identify.app to identify.outputs: the one of this source tree
-R = importlib.import_module(
-    "identify.outputs.report" if (Path(identify.__file__).parent / "outputs" / "report.py").is_file()
-    else "identify.app.report")
+import identify.outputs.report as R
 
 
 def _folder(tmp_path, metrics: dict, params: dict | None = None):
