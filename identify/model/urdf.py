@@ -109,18 +109,7 @@ def _link_params(link, where: str) -> np.ndarray | None:
     return params_from_inertial(m, T[:3, 3], R @ I_c @ R.T)
 
 
-def load_chain(path: str | os.PathLike, joints: list[str] | None = None) -> Chain:
-    """Read a URDF as a serial chain of revolute joints.
-
-    Args:
-        path: the URDF file.
-        joints: names of the joints to keep moving (in any order; the chain order is the URDF's).
-            Every other non-fixed joint is locked at zero and merged like a fixed joint.
-            None keeps every non-fixed joint.
-    Raises:
-        FileNotFoundError, URDFError naming the file and the offending joint/link.
-    """
-    path = Path(path)
+def _read_root(path: Path) -> ET.Element:
     if not path.exists():
         raise FileNotFoundError(f"URDF file not found: {path}")
     try:
@@ -129,7 +118,11 @@ def load_chain(path: str | os.PathLike, joints: list[str] | None = None) -> Chai
         raise URDFError(f"{path}: not valid XML ({exc})") from exc
     if root.tag != "robot":
         raise URDFError(f"{path}: root element is <{root.tag}>, expected <robot>")
+    return root
 
+
+def _tree(path: Path, root: ET.Element):
+    """(links by name, joint elements, joints by parent link name, the root link)."""
     links = {l.get("name"): l for l in root.findall("link")}
     joint_elems = root.findall("joint")
     by_child: dict[str, ET.Element] = {}
@@ -149,30 +142,16 @@ def load_chain(path: str | os.PathLike, joints: list[str] | None = None) -> Chai
     roots = [ln for ln in links if ln not in by_child]
     if len(roots) != 1:
         raise URDFError(f"{path}: expected one root link, found {roots}")
-    base = roots[0]
+    return links, joint_elems, children, roots[0]
 
-    all_joint_names = [j.get("name") for j in joint_elems]
-    if joints is not None:
-        unknown = [j for j in joints if j not in all_joint_names]
-        if unknown:
-            raise URDFError(f"{path}: joint(s) {unknown} not in the URDF (it has {all_joint_names})")
-    keep = set(joints) if joints is not None else None
 
-    def is_moving(j) -> bool:
-        jt = j.get("type")
-        jn = j.get("name")
-        if jt == "fixed":
-            return False
-        if keep is not None and jn not in keep:
-            return False  # locked at zero by request
-        if jt not in _REVOLUTE:
-            raise URDFError(f"{path}: joint {jn!r} is {jt!r}; only revolute/continuous joints are "
-                            f"supported (pass a joint subset to lock it)")
-        return True
-
-    # Walk the tree from the root, merging rigidly attached links into bodies.
+def _bodies(path: Path, children: dict, base: str, is_moving):
+    """Walk the tree from the root link, merging rigidly attached links into bodies:
+    (moving joints in chain order, their placements in the parent body (n, 4, 4), body_links:
+    per body [(link name, T_body_link)], body 0 the base)."""
     chain_joints: list[ET.Element] = []
-    body_links: list[list[tuple[str, np.ndarray]]] = [[(base, np.eye(4))]]  # body 0 = base
+    placements: list[np.ndarray] = []
+    body_links: list[list[tuple[str, np.ndarray]]] = [[(base, np.eye(4))]]
 
     def absorb(link_name: str, T_body_link: np.ndarray, body: int):
         for j in children[link_name]:
@@ -192,13 +171,12 @@ def load_chain(path: str | os.PathLike, joints: list[str] | None = None) -> Chai
                 T = T_body_link @ T_parent_joint
                 body_links[body].append((child, T))
                 absorb(child, T, body)
-
-    placements: list[np.ndarray] = []
     absorb(base, np.eye(4), 0)
-    n = len(chain_joints)
-    if n == 0:
-        raise URDFError(f"{path}: no moving revolute joint found")
+    return chain_joints, placements, body_links
 
+
+def _body_params(path: Path, links: dict, body_links: list, n: int) -> np.ndarray:
+    """(n, 10) inertial parameters of the moving bodies (their links combined)."""
     params = np.zeros((n, 10))
     for b in range(1, n + 1):
         parts = []
@@ -207,15 +185,17 @@ def load_chain(path: str | os.PathLike, joints: list[str] | None = None) -> Chai
             if p is None:       # a massless frame (tool0, flange, sensor frames): mass 0
                 continue
             parts.append((T, p))
-        if not parts:
-            continue            # a body of frames only: all parameters 0
-        params[b - 1] = combine_inertials(parts)
+        if parts:               # else a body of frames only: all parameters 0
+            params[b - 1] = combine_inertials(parts)
+    return params
 
-    axes = np.zeros((n, 3))
-    lim = {k: np.full(n, np.inf) for k in ("q_max", "qd_max", "tau_max")}
-    q_min = np.full(n, -np.inf)
-    damping = np.zeros(n)
-    friction = np.zeros(n)
+
+def _joint_data(path: Path, chain_joints: list) -> dict:
+    """Axes (n, 3), limits (q_min, q_max, qd_max, tau_max; inf where the URDF has none) and
+    <dynamics> damping / friction (n,) of the moving joints."""
+    n = len(chain_joints)
+    out = {"axes": np.zeros((n, 3)), "q_min": np.full(n, -np.inf), "damping": np.zeros(n),
+           "friction": np.zeros(n), **{k: np.full(n, np.inf) for k in ("q_max", "qd_max", "tau_max")}}
     for i, j in enumerate(chain_joints):
         jn = j.get("name")
         ax = _floats(j.find("axis").get("xyz") if j.find("axis") is not None else None, 3, 0.0,
@@ -225,30 +205,71 @@ def load_chain(path: str | os.PathLike, joints: list[str] | None = None) -> Chai
         norm = np.linalg.norm(ax)
         if norm < 1e-12:
             raise URDFError(f"{path}: joint {jn!r} has a zero axis")
-        axes[i] = ax / norm
+        out["axes"][i] = ax / norm
         limit = j.find("limit")
         if limit is not None:
             def get(key, default):
                 v = limit.get(key)
                 return float(v) if v is not None else default
             if j.get("type") == "revolute":
-                q_min[i] = get("lower", -np.inf)
-                lim["q_max"][i] = get("upper", np.inf)
-                if q_min[i] > lim["q_max"][i]:
+                out["q_min"][i] = get("lower", -np.inf)
+                out["q_max"][i] = get("upper", np.inf)
+                if out["q_min"][i] > out["q_max"][i]:
                     raise URDFError(f"{path}: joint {jn!r} has lower limit > upper limit")
             v, e = get("velocity", 0.0), get("effort", 0.0)
-            lim["qd_max"][i] = v if v > 0 else np.inf
-            lim["tau_max"][i] = e if e > 0 else np.inf
+            out["qd_max"][i] = v if v > 0 else np.inf
+            out["tau_max"][i] = e if e > 0 else np.inf
         dyn = j.find("dynamics")
         if dyn is not None:
-            damping[i] = float(dyn.get("damping", 0.0))
-            friction[i] = float(dyn.get("friction", 0.0))
+            out["damping"][i] = float(dyn.get("damping", 0.0))
+            out["friction"][i] = float(dyn.get("friction", 0.0))
+    return out
 
+
+def load_chain(path: str | os.PathLike, joints: list[str] | None = None) -> Chain:
+    """Read a URDF as a serial chain of revolute joints.
+
+    Args:
+        path: the URDF file.
+        joints: names of the joints to keep moving (in any order; the chain order is the URDF's).
+            Every other non-fixed joint is locked at zero and merged like a fixed joint.
+            None keeps every non-fixed joint.
+    Raises:
+        FileNotFoundError, URDFError naming the file and the offending joint/link.
+    """
+    path = Path(path)
+    root = _read_root(path)
+    links, joint_elems, children, base = _tree(path, root)
+    all_joint_names = [j.get("name") for j in joint_elems]
+    if joints is not None:
+        unknown = [j for j in joints if j not in all_joint_names]
+        if unknown:
+            raise URDFError(f"{path}: joint(s) {unknown} not in the URDF (it has {all_joint_names})")
+    keep = set(joints) if joints is not None else None
+
+    def is_moving(j) -> bool:
+        jt = j.get("type")
+        jn = j.get("name")
+        if jt == "fixed":
+            return False
+        if keep is not None and jn not in keep:
+            return False  # locked at zero by request
+        if jt not in _REVOLUTE:
+            raise URDFError(f"{path}: joint {jn!r} is {jt!r}; only revolute/continuous joints are "
+                            f"supported (pass a joint subset to lock it)")
+        return True
+
+    chain_joints, placements, body_links = _bodies(path, children, base, is_moving)
+    n = len(chain_joints)
+    if n == 0:
+        raise URDFError(f"{path}: no moving revolute joint found")
+    params = _body_params(path, links, body_links, n)
+    jd = _joint_data(path, chain_joints)
     return Chain(name=root.get("name", path.stem), joint_names=[j.get("name") for j in chain_joints],
                  link_names=[j.find("child").get("link") for j in chain_joints], base_link=base,
-                 placements=np.array(placements), axes=axes, params=params, q_min=q_min,
-                 q_max=lim["q_max"], qd_max=lim["qd_max"], tau_max=lim["tau_max"],
-                 damping=damping, friction=friction, source=str(path),
+                 placements=np.array(placements), axes=jd["axes"], params=params,
+                 q_min=jd["q_min"], q_max=jd["q_max"], qd_max=jd["qd_max"], tau_max=jd["tau_max"],
+                 damping=jd["damping"], friction=jd["friction"], source=str(path),
                  bodies=[[ln for ln, _T in body] for body in body_links])
 
 
