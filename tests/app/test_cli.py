@@ -457,7 +457,7 @@ def test_preflight_refusal_before_any_trajectory_is_optimized(tmp_path, monkeypa
     assert main(["--quiet", "run", str(f), "--out", str(tmp_path / "o")]) == 4
     err = capsys.readouterr().err
     assert "not armed" in err and "before any trajectory" in err and len(calls) == 1
-    assert calls[0][0]["urdf"].endswith("cobot6.urdf") and calls[0][1]["sample_rate_hz"] == 100
+    assert calls[0][0].urdf.name == "cobot6.urdf" and calls[0][1]["sample_rate_hz"] == 100
     # a backend without preflight: nothing happens
     del mod.preflight
     assert ib.preflight("twin", {}, {}) is False
