@@ -65,7 +65,7 @@ def _apply_drive_truth(truth: Truth, dt: DriveTruth, joint_names: list) -> Truth
     """Replace the drive-file stage-1 friction and stage-2 coefficients of `truth` by the twin's
     recorded drive truth (reordered to `joint_names`); a coefficient the law has no constant
     truth for (xi of load_speed: None) is left out, and a stage is not applicable when the twin
-    says so (``constant_parameter_truth``)."""
+    says so (``constant_parameter_truth``, with the twin's reasons)."""
     truth.stage2 = {k: v for k in ("xi_opp", "xi_lin", "f_mc", "f_mv", "J_m", "J_m/K")
                     if (v := dt.coefficient(k, joint_names)) is not None}
     for key in ("viscous", "coulomb"):
@@ -73,10 +73,11 @@ def _apply_drive_truth(truth: Truth, dt: DriveTruth, joint_names: list) -> Truth
     for stage in ("stage1", "stage2"):
         if dt.constant_parameter_truth.get(stage) is False:
             truth.applicable[stage] = False
-            reasons = [str(r) for r in dt.not_constant.get(stage) or []] or [
-                "the twin reports no constant parameter truth"]
-            truth.not_applicable[stage] = list(dict.fromkeys(
-                list(truth.not_applicable.get(stage, [])) + reasons))
+            # the twin's own reasons replace the ones guessed from its settings (same causes,
+            # the twin's wording; merging them listed friction_drift twice)
+            truth.not_applicable[stage] = [str(r) for r in dt.not_constant.get(stage) or []] or (
+                list(truth.not_applicable.get(stage, []))
+                or ["the twin reports no constant parameter truth"])
     truth.law = dt.law
     truth.note += f"; drive coefficients as simulated (reducer law {truth.law})"
     return truth
