@@ -129,53 +129,13 @@ class TwinBackend:
                 [N*m] evaluated on the commanded trajectory (vectorised) and added to the drive's
                 position-loop output (checking identified models in closed loop).
         """
-        cfg = self.cfg
-        s = self.settings
-        n = cfg.n
-        act = self.active
-        k_act = act.size
-        if int(trajectory.n_joints) != k_act:
-            raise ValueError(f"trajectory has {trajectory.n_joints} joints, the twin backend drives "
-                             f"{k_act} ({self.joint_names})")
+        cfg, s = self.cfg, self.settings
+        dt = cfg.dt
         periods = int(periods)
         if periods < 1:
             raise ValueError(f"periods must be >= 1, got {periods}")
-        dt = cfg.dt
-        n_per = int(round(float(trajectory.duration) / dt))
-        if n_per < 1:
-            raise ValueError(f"trajectory duration {trajectory.duration!r} s is shorter than one 1 ms step")
+        q1, sub, idx, ff, n_per = self._commands(trajectory, periods, tau_ff)
         N = n_per * periods
-        t_one = np.arange(n_per + 1) * dt
-        sub = [np.asarray(a, float) for a in trajectory.evaluate(t_one)]
-        for name, a in zip(("q", "qd", "qdd"), sub):
-            if a.shape != (n_per + 1, k_act):
-                raise ValueError(f"trajectory.evaluate returned {name} of shape {a.shape}, expected "
-                                 f"({n_per + 1}, {k_act})")
-        if k_act == n:
-            q1, qd1, qdd1 = sub
-        else:                       # joints outside the subset hold 0 rad
-            q1, qd1, qdd1 = (np.zeros((n_per + 1, n)) for _ in range(3))
-            for full, a in zip((q1, qd1, qdd1), sub):
-                full[:, act] = a
-        self.check_trajectory(q1, qd1, qdd1, t_one)
-        # self-collision and declared obstacles (PyBullet on the URDF's shapes, 10x the optimizer grid)
-        check_clearance(self.arm.urdf, self.joint_names, trajectory)
-        # command grid over all periods: qc[m] is the target of control period m (reached at t_{m+1})
-        idx = np.concatenate([np.arange(n_per)] * periods + [[n_per]])
-        qc = q1[idx]
-        ff = None
-        if tau_ff is not None:
-            ff_sub = np.asarray(tau_ff(*sub), float)
-            if ff_sub.shape != (n_per + 1, k_act) or not np.all(np.isfinite(ff_sub)):
-                raise ValueError(f"tau_ff returned shape {ff_sub.shape} or non-finite values; "
-                                 f"expected finite ({n_per + 1}, {k_act})")
-            if k_act == n:
-                ff1 = ff_sub
-            else:
-                ff1 = np.zeros((n_per + 1, n))
-                ff1[:, act] = ff_sub
-            ff = ff1[idx]
-
         stride = int(round(1000.0 / float(s.sample_rate_hz)))
         delay = int(round(float(s.io_delay_s) / dt))
         sample_steps = np.arange(0, N, stride)
@@ -184,18 +144,70 @@ class TwinBackend:
         # n_settle + m of the run, TwinSim.channels), the sensors' delayed reads those of the
         # periods `delay` earlier; reads before the first period are the reset state at rest.
         n_settle = int(round(s.settle_s / dt))
+        n = cfg.n
+        qc = q1[idx]
         cmd = np.concatenate([np.broadcast_to(q1[0], (n_settle, n)), qc[1:N + 1]])
         ffs = None if ff is None else np.concatenate([np.zeros((n_settle, n)), ff[1:N + 1]])
         periods_at = n_settle + (np.concatenate([sample_steps, sample_steps - delay]) if delay
                                  else sample_steps)
-        total = n_settle + N
+        raw, sim = self._simulate(q1[0], cmd, ffs, periods_at, n_settle, progress)
+        n_s = sample_steps.size
+        truth = sim.channels(raw[:n_s])
+        src = sim.channels(raw[n_s:]) if delay else truth
+        return self._recording(trajectory, periods, sample_steps, delay, q1[idx[sample_steps]],
+                               truth, src, sim)
 
+    def _commands(self, trajectory, periods: int, tau_ff):
+        """The commanded motion on the 1 ms grid, checked: (q1, sub, idx, ff, n_per) -- one period
+        of q (n_per + 1, n) of every joint (those outside the subset at 0), the trajectory's own
+        (q, qd, qdd) of the driven joints, the command index over all periods (qc[m] = q1[idx[m]]
+        is the target of control period m, reached at t_{m+1}), the feed-forward on that grid
+        ((N + 1, n) or None), samples per period."""
+        cfg = self.cfg
+        n, act = cfg.n, self.active
+        k_act = act.size
+        if int(trajectory.n_joints) != k_act:
+            raise ValueError(f"trajectory has {trajectory.n_joints} joints, the twin backend drives "
+                             f"{k_act} ({self.joint_names})")
+        n_per = int(round(float(trajectory.duration) / cfg.dt))
+        if n_per < 1:
+            raise ValueError(f"trajectory duration {trajectory.duration!r} s is shorter than one 1 ms step")
+        t_one = np.arange(n_per + 1) * cfg.dt
+        sub = [np.asarray(a, float) for a in trajectory.evaluate(t_one)]
+        for name, a in zip(("q", "qd", "qdd"), sub):
+            if a.shape != (n_per + 1, k_act):
+                raise ValueError(f"trajectory.evaluate returned {name} of shape {a.shape}, expected "
+                                 f"({n_per + 1}, {k_act})")
+        q1, qd1, qdd1 = sub if k_act == n else (self._full(a) for a in sub)
+        self.check_trajectory(q1, qd1, qdd1, t_one)
+        # self-collision and declared obstacles (PyBullet on the URDF's shapes, 10x the optimizer grid)
+        check_clearance(self.arm.urdf, self.joint_names, trajectory)
+        idx = np.concatenate([np.arange(n_per)] * periods + [[n_per]])
+        ff = None
+        if tau_ff is not None:
+            ff_sub = np.asarray(tau_ff(*sub), float)
+            if ff_sub.shape != (n_per + 1, k_act) or not np.all(np.isfinite(ff_sub)):
+                raise ValueError(f"tau_ff returned shape {ff_sub.shape} or non-finite values; "
+                                 f"expected finite ({n_per + 1}, {k_act})")
+            ff = (ff_sub if k_act == n else self._full(ff_sub))[idx]
+        return q1, sub, idx, ff, n_per
+
+    def _full(self, a: np.ndarray) -> np.ndarray:
+        """Columns of the driven joints (N, k) into every joint's (N, n), the others 0."""
+        out = np.zeros((a.shape[0], self.cfg.n))
+        out[:, self.active] = a
+        return out
+
+    def _simulate(self, q0, cmd, ffs, periods_at, n_settle: int, progress: bool):
+        """Run the simulator over the command array `cmd` (settle + trajectory), reading the
+        aligned samples of the periods `periods_at`: (raw rows, the closed TwinSim)."""
+        total = cmd.shape[0]
         self.close()
-        self.sim = sim = TwinSim(cfg, contact_k0=n_settle)
+        self.sim = sim = TwinSim(self.cfg, contact_k0=n_settle)
         raw = np.empty((periods_at.size, sim.snapshot_size))
         bar = None
         try:
-            sim.reset(q1[0])
+            sim.reset(q0)
             for r in np.flatnonzero(periods_at < 0):
                 sim.snapshot(raw[r])
             if progress:
@@ -218,10 +230,14 @@ class TwinBackend:
                 bar.close()
             sim.close()
             self.sim = None
-        n_s = sample_steps.size
-        truth = sim.channels(raw[:n_s])
-        src = sim.channels(raw[n_s:]) if delay else truth
+        return raw, sim
 
+    def _recording(self, trajectory, periods: int, sample_steps, delay: int, q_cmd, truth: dict,
+                   src: dict, sim) -> Recording:
+        """The sensors' view of the simulated channels (`src`: the reads `delay` periods earlier)
+        with the truth and metadata, columns of the driven joints."""
+        cfg, s, act = self.cfg, self.settings, self.active
+        dt = cfg.dt
         t = sample_steps * dt
         noise_seed = self.noise_seed(self.runs_done)
         self.runs_done += 1
@@ -230,29 +246,12 @@ class TwinBackend:
         q_meas, tau_meas, i_meas = sensors.sample({"q": src["q"], "tau_r": src["tau_r"], "i_m": src_i}, t=t)
         qd_meas = sensors.sample_velocity(src["qd_m"])
         tau_m_meas = i_meas * cfg.drives.torque_factor
-        q_cmd = q1[idx[sample_steps]]
         # RMS of the measurement error actually injected per joint (noise, quantization, offset,
         # drift, scale; measured minus the true value of the same, possibly delayed, instant):
         # the noise floor of RMS figures (identify.app.identification.noise_floors)
         inj = {"tau_j": tau_meas - src["tau_r"], "tau_m": tau_m_meas - src["tau_m"]}
-        meta = {
-            "backend": "twin",
-            "arm": {"urdf": str(cfg.urdf), "drives": str(cfg.drives_path), "payload": cfg.payload},
-            "seed": int(s.seed),
-            "noise_seed": noise_seed,
-            "run_index": self.runs_done - 1,
-            "settings": to_jsonable(s.to_dict(), nonfinite="keep"),
-            "trajectory": {"duration_s": float(trajectory.duration), "periods": periods,
-                           "type": type(trajectory).__name__},
-            "control_rate_hz": 1.0 / dt,
-            # identify.backend.recording's contract: every field of sample k refers to t_k, the start of
-            # a control period (torques held during it); measured fields io_delay_s earlier
-            "sample_alignment": "period_start",
-            "io_delay_s": delay * dt,
-            "omega_dt_max": sim.omega_dt,
-            "truth_note": "ground truth of the simulator; identification code must not read it",
-        }
-        if k_act < n:
+        meta = self._meta(trajectory, periods, delay, noise_seed, sim)
+        if act.size < cfg.n:
             meta["arm"]["joints"] = self.joint_names
             qh = truth["q"][:, self.held]
             meta["held_joints"] = {
@@ -279,6 +278,26 @@ class TwinBackend:
                          q_cmd=q_cmd, qd=qd_meas, rate_hz=float(s.sample_rate_hz),
                          joint_names=self.joint_names, meta=meta, truth=truth,
                          drive_truth=drive_truth(cfg, sim.reducer, truth, act))
+
+    def _meta(self, trajectory, periods: int, delay: int, noise_seed: int, sim) -> dict:
+        cfg, s = self.cfg, self.settings
+        return {
+            "backend": "twin",
+            "arm": {"urdf": str(cfg.urdf), "drives": str(cfg.drives_path), "payload": cfg.payload},
+            "seed": int(s.seed),
+            "noise_seed": noise_seed,
+            "run_index": self.runs_done - 1,
+            "settings": to_jsonable(s.to_dict(), nonfinite="keep"),
+            "trajectory": {"duration_s": float(trajectory.duration), "periods": periods,
+                           "type": type(trajectory).__name__},
+            "control_rate_hz": 1.0 / cfg.dt,
+            # identify.backend.recording's contract: every field of sample k refers to t_k, the start of
+            # a control period (torques held during it); measured fields io_delay_s earlier
+            "sample_alignment": "period_start",
+            "io_delay_s": delay * cfg.dt,
+            "omega_dt_max": sim.omega_dt,
+            "truth_note": "ground truth of the simulator; identification code must not read it",
+        }
 
     def close(self) -> None:
         if self.sim is not None:
