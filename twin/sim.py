@@ -92,11 +92,19 @@ class TwinSim(StateReadout):
         period at which the contacts' clock (TwinSettings.contacts time_s = 0) starts (the
         backend's settle periods)."""
         self.cfg = cfg
-        s = cfg.settings
-        self.n = n = cfg.n
-        self.dt = dt = float(cfg.dt)
+        self.n = cfg.n
+        self.dt = float(cfg.dt)
         self._tmp = None
         self.client = None
+        urdf = self._load_world(gui, contact_k0)
+        self._drive_coefficients()
+        self._compile(urdf)
+        self._bind_buffers()
+
+    def _load_world(self, gui, contact_k0: int) -> str:
+        """The PyBullet world: the arm (with its payload link) loaded without hidden damping or
+        velocity motors, the joint indices, the contacts. Returns the URDF loaded."""
+        cfg, s, n, dt = self.cfg, self.cfg.settings, self.n, self.dt
         urdf = cfg.urdf
         if cfg.payload is not None:
             self._tmp = tempfile.TemporaryDirectory(prefix="twin_")
@@ -138,7 +146,12 @@ class TwinSim(StateReadout):
         # disable the default velocity motors (they would act as hidden friction)
         p.setJointMotorControlArray(self.body, self.jidx, p.VELOCITY_CONTROL,
                                     forces=[0.0] * n, physicsClientId=c)
+        return urdf
 
+    def _drive_coefficients(self) -> None:
+        """The drive model's coefficients from the drive file and the settings (friction laws,
+        ripple, backlash, drift, limits), and the step's state at construction."""
+        cfg, s, n = self.cfg, self.cfg.settings, self.n
         d = cfg.drives
         self.K = d.stiffness.copy()
         self.D = d.damping.copy()
@@ -182,6 +195,11 @@ class TwinSim(StateReadout):
         self.omega_dt = None
         self.t = 0.0
         self.k = 0
+
+    def _compile(self, urdf: str) -> None:
+        """The compiled step (and matrix build) with their flat buffers; the bias h(q, v) inside
+        the step when the arm's regressor reproduces PyBullet's inverse dynamics."""
+        n, dt = self.n, self.dt
         # -- the compiled step and its buffers (twin.drive.step_layouts) ------------------------
         self._lay = lay = drv.step_layouts(n, self.enabled)
         self._x, self._c, self._p, self._y = (np.zeros(lay[k].size) for k in "xcpy")
@@ -216,6 +234,11 @@ class TwinSim(StateReadout):
         #: model or rigid joints; twin.drive.check_drive_gains / check_rigid_gains); None
         #: without the position loop
         self.loop_radius = None
+
+    def _bind_buffers(self) -> None:
+        """Slices and views of the step's buffers the 1 kHz loop uses, and the constant inputs
+        (friction, ripple, backlash, drift, limits, reducer law, bias parameters) written once."""
+        n, dt, lay = self.n, self.dt, self._lay
         lx, ly = lay["x"], lay["y"]
         # commit: y's first six blocks (w, qm, tau_r, integ, z_l, qc) are x's blocks w .. qc_prev
         self._commit_x = slice(lx.slice("w").start, lx.slice("qc_prev").stop)
