@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from stopcheck import QDD_MAX, peak_command_accel
 from test_hardware_e2e import (CONFIG, DRIVES, ROOT, TRAJ, URDF, backend, check_ordered_stop,  # noqa: F401
                                emulator, veth, when_running)
 
@@ -50,10 +51,16 @@ def test_drive_leaving_enabled_stops_run(veth, emulator, tmp_path, kind, after_s
     assert left, tr
     others = [j for j in range(6) if j != 2]
     check_ordered_stop(st, others)
-    # the others start their stop within hold (50) + their turn (<= 6) + a few cycles
+    # the others ramp to rest (stop_ramp_cycles, within their acceleration limits), settle
+    # (measured standstill, a few cycles) and start disabling within hold (50) + their turn
+    # (<= 6) + a few cycles
+    s = e.value.summary
     first_stop = min(_first(st["slaves"][j]["transitions"], "operation enabled", "switched on")[-1]
                      for j in others)
-    assert first_stop - left[-1] <= 50 + 6 + 5, (first_stop, left[-1])
+    assert first_stop - left[-1] <= s["stop_ramp_cycles"] + 20 + 50 + 6 + 5, (first_stop, left[-1], s)
+    rec = e.value.recording
+    peak = peak_command_accel(rec.q_cmd, rec.status, 1e-3, s["fault_cycle"] - 2)
+    assert np.all(peak <= 1.2 * QDD_MAX), peak
 
 
 def test_al_state_change_named_with_code(veth, emulator, tmp_path):
