@@ -377,6 +377,7 @@ class _Motion:
     active: np.ndarray | None = None             # drives in OPERATION ENABLED (last valid frame)
     qd_valid: np.ndarray | None = None
     delivered: np.ndarray | None = None   # the target sent with the last complete frame
+    t_fault: float | None = None          # time.monotonic() when the fault was detected [s]
     gap: bool = False          # a frame was lost since the last valid one: the drives did not get
                                # every command; the stop restarts from the measured state
 
@@ -588,7 +589,7 @@ def _advance(r: _Run, m: _Motion, ev, m_cycles: int, was_run: bool) -> None:
             m.stop = _new_stop(r, m, "hold")
             m.phase = PH_STOP
     if ev is not None:
-        m.event = ev
+        m.event, m.t_fault = ev, time.monotonic()
         m.stop = _new_stop(r, m, r.spec.policy.get(ev.fault.value, "hold"))
         m.phase = PH_STOP
     if m.phase == PH_STOP:
@@ -608,6 +609,7 @@ def _summary(r: _Run, m: _Motion, monitor) -> dict:
     ev, st = m.event, m.stop
     return {"rows": r.row, "fault": None if ev is None else ev.fault.value,
             "fault_cycle": None if ev is None else ev.cycle,
+            "fault_time_monotonic": m.t_fault,
             "message": "completed" if ev is None else ev.message,
             "stop_cycles": st.k, "stop_bound": st.max_cycles, "stop_confirmed": st.confirmed,
             "stop_ramp_cycles": st.ramp_cycles, "stop_standstill": st.standstill,

@@ -212,6 +212,17 @@ def test_csp_tracking_matches_emulator_truth(veth, emulator, tmp_path):
     assert np.all(np.diff(rec.t) > 0) and rec.late.shape == rec.t.shape
     assert abs(np.median(np.diff(rec.t)) - 1e-3) < 2e-4
     assert np.max(np.abs(rec.q - rec.q_cmd)) < 0.02                  # CSP tracking on the twin
+    # the drives' own stop reactions, as the emulated drives hold them after bring-up: quick
+    # stop / fault reaction on the quick-stop ramp, master lost -> quick stop, the ramps at the
+    # joint's acceleration limit (counts/s^2), max torque at its torque limit (per mille)
+    qdd = np.radians([600, 600, 600, 900, 900, 900])
+    tau = be.full.limits.tau_max
+    rated = [70.0, 70.0, 40.0, 20.0, 20.0, 20.0]
+    for k, x in enumerate(proc.status()["slaves"]):
+        r = x["stop_reactions"]
+        assert (r["0x605a"], r["0x605b"], r["0x605c"], r["0x605e"], r["0x6007"]) == (2, 1, 1, 2, 3), r
+        assert r["0x6085"] == r["0x6084"] == int(qdd[k] * 2**20 / (2 * np.pi)), r
+        assert r["0x6072"] == int(np.ceil(tau[k] / rated[k] * 1000 - 1e-9)), (r, tau[k])
     st = be.last_stream
     # align the master's rows with the emulator's periods through the measured encoder counts
     # (moving, so the alignment is unique), then compare every channel at that alignment
