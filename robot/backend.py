@@ -30,8 +30,9 @@ the same stop (robot.runfiles.SignalGuard). See docs/hardware.md.
 """
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
+import os
+import sys
 import threading
 import time
 from multiprocessing import shared_memory
@@ -43,14 +44,16 @@ from identify.common.jsonutil import to_jsonable
 from identify.backend.arm import BackendArm
 from identify.backend.clearance import check_clearance
 from identify.backend.recording import ChunkWriter, Recording, assemble_chunks
+from identify.common.fileio import atomic_savez, write_json
 
 from . import loop as L
 from .config import HardwareSettings, load_config
 from .plan import approach_duration, build_plan
 from .busreport import format_bus_report
-from .runfiles import SignalGuard, new_record_dir, warn
-from .safety import (DEFAULT_POLICY, Fault, SafetyError, SafetyRefused, check_trajectory,
-                     run_limits, step_limit)
+from .runfiles import RunIO, SignalGuard, check_free_space, new_record_dir, stop_claim, warn
+from .safety import (DEFAULT_POLICY, STEP_VELOCITY_FACTOR, Fault, SafetyError, SafetyRefused,
+                     check_trajectory, run_limits, step_limit)
+from .stopramp import ramp_bound_cycles
 from .torque_bound import TorqueBound, model_with_payload, payload_params
 from .drive.units import make_units
 
@@ -250,161 +253,157 @@ class HardwareBackend:
         if not s.iface:
             if not s.dry_run:
                 raise ValueError("hardware setting iface (the EtherCAT network interface) is required")
-            # offline dry run: no bus; the pose is taken to be the trajectory's start
-            q0 = np.asarray(traj_full.evaluate(np.zeros(1))[0], float)[0]
-            plan = build_plan(traj_full, periods, self.dt, q0, self.limits.qd_max, self.limits.qdd_max,
-                              dwell=s.dwell_s)
-            self._check(plan.t, plan.q, plan.qd, plan.qdd, "run plan")
-            meta = {"backend": "hardware", "iface": None, "config": self.cfg.path, "dry_run": True,
-                    "cycle_time_s": self.dt, "periods": periods,
-                    "trajectory_duration_s": float(trajectory.duration)}
-            rec = self._dry_recording(plan, q0, meta)
-            rec.meta["note"] = "offline dry run (no iface): limits checked, bus not touched, nothing moved"
-            return rec
-        n = self.full.n
-        # upper bound of the cycles the loop may record
-        t_app = approach_duration(self.limits.q_min, self.limits.q_max,
-                                  self.limits.qd_max * self.cfg.safety.approach_speed_frac,
-                                  self.limits.qdd_max * self.cfg.safety.approach_speed_frac)
-        enable_cycles = int(s.enable_timeout_s / self.dt)
-        sc = self.cfg.safety
-        brake = int(np.ceil(sc.brake_delay_s / self.dt)) + 1
-        m_max = (int(round(trajectory.duration / self.dt)) * periods + int(np.ceil(t_app / self.dt))
-                 + 2 * int(round(s.dwell_s / self.dt)) + 2)
-        capacity = enable_cycles + 200 + m_max + sc.hold_cycles + n + brake + sc.confirm_cycles + 16
+            return self._offline_dry_run(traj_full, trajectory, periods)
+        capacity = self._capacity(trajectory, periods)
         record_dir = new_record_dir(s.record_dir)          # refuses before the bus is touched
+        check_free_space(record_dir, capacity * L.row_width(self.full.n) * 8 * 3)
         self._runs += 1
-        width = L.row_width(n)
-        ctrl_shm = shared_memory.SharedMemory(create=True, size=L.CTRL_LEN * 8)
-        rec_shm = shared_memory.SharedMemory(create=True, size=capacity * width * 8)
-        plan_shm = None
-        ctrl = np.ndarray((L.CTRL_LEN,), np.int64, ctrl_shm.buf)
-        ctrl[:] = 0
-        self._ctrl = ctrl
-        rows = np.ndarray((capacity, width), np.float64, rec_shm.buf)
-        policy = {f.value: p for f, p in DEFAULT_POLICY.items()}
-        policy.update(s.fault_policy)
-        spec = L.LoopSpec(config_path=self.cfg.path, iface=s.iface, joint_names=list(self.full.joint_names),
-                          limits=self.limits, rec_shm=rec_shm.name, ctrl_shm=ctrl_shm.name,
-                          capacity=capacity, complete_access=s.complete_access,
-                          receive_timeout_us=s.receive_timeout_us, enable_timeout_cycles=enable_cycles,
-                          fault_reset=sc.fault_reset, policy=policy,
-                          realtime=s.realtime, bus_factory=self._bus[0], bus_kwargs=self._bus[1])
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=L.loop_main, args=(spec, child), name="twinid-ethercat-loop", daemon=True)
+        io = RunIO.create(self, record_dir, capacity)
         meta = {"backend": "hardware", "iface": s.iface, "config": self.cfg.path,
                 "cycle_time_s": self.dt, "dry_run": s.dry_run, "periods": periods,
                 "trajectory_duration_s": float(trajectory.duration), "record_dir": str(record_dir)}
-        writer = ChunkWriter(record_dir, list(self.full.joint_names), 1.0 / self.dt, meta)
-        written = 0
-        cols = L.column_slices(n)
-        write_error: list = []
-
-        def flush(upto, min_rows=1):
-            """Stream rows to chunk files; a write failure requests the defined stop."""
-            nonlocal written
-            if write_error or upto - written < min_rows:
-                return
-            r = rows[written:upto]
-            try:
-                writer.write(r[:, cols["t"]], q=r[:, cols["q"]], qd=r[:, cols["qd"]],
-                             tau_m=r[:, cols["tau_m"]], i_m=r[:, cols["i_m"]], tau_j=r[:, cols["tau_j"]],
-                             q_cmd=r[:, cols["q_cmd"]], status=r[:, cols["status"]],
-                             late=r[:, cols["late_flag"]] > 0)
-            except Exception as exc:  # noqa: BLE001 -- full disk, folder gone, ...: stop the arm
-                ctrl[L.C_ABORT] = L.ABORT_RECORD
-                write_error.append(f"{type(exc).__name__}: {exc}")
-                return
-            written = upto
+        io.writer = ChunkWriter(record_dir, list(self.full.joint_names), 1.0 / self.dt, meta)
+        proc = self._loop_process(io, record_dir, capacity)
+        summary, plan, error = None, None, None
 
         def on_signal(signum):
-            ctrl[L.C_ABORT] = L.ABORT_SIGNAL       # running: the loop stops in the defined order
+            io.ctrl[L.C_ABORT] = L.ABORT_SIGNAL    # running: the loop stops in the defined order
             try:
-                parent.send(("quit",))             # still idle: leave without enabling
+                io.parent.send(("quit",))          # still idle: leave without enabling
             except Exception:  # noqa: BLE001
                 pass
 
-        summary, plan, error = None, None, None
         guard = SignalGuard(on_signal)
         try:
             with guard:
-                proc.start()
-                self.loop_pid = proc.pid
-                child.close()
-                msg = _recv(parent, proc, s.bringup_timeout_s, "bring-up")
-                if msg[0] == "error":
-                    raise _bus_error(msg)
-                if msg[0] == "done":               # a signal arrived during bring-up
-                    guard.raise_if_received("nothing was moved")
-                info = msg[1]
-                if guard.received is not None:     # signalled during bring-up: leave, never enable
-                    _recv(parent, proc, 5.0, "signal exit")
-                    guard.raise_if_received("nothing was moved")
-                self.last_bus_report = dict(info.get("bus_report") or {}, rt=info.get("rt"))
-                for w in (info.get("rt") or {}).get("warnings", []):
-                    warn(w)
-                q_now = np.asarray(info["q"], float)
-                try:
-                    self._check_start(info, q_now, traj_full)
-                    plan = build_plan(traj_full, periods, self.dt, q_now,
-                                      self.limits.qd_max * sc.approach_speed_frac,
-                                      self.limits.qdd_max * sc.approach_speed_frac, dwell=s.dwell_s)
-                    self._check(plan.t, plan.q, plan.qd, plan.qdd, "run plan (approach from the measured pose)")
-                except ValueError:
-                    parent.send(("quit",))
-                    raise
-                if tau_ff is not None:           # checked before the dry-run exit: a dry run checks it too
-                    ff_model = tau_ff
-                    tau_ff = np.asarray(ff_model(plan.q, plan.qd, plan.qdd), float)
-                    try:
-                        if tau_ff.shape != plan.q.shape or not np.all(np.isfinite(tau_ff)):
-                            raise ValueError(f"tau_ff returned shape {tau_ff.shape} or non-finite "
-                                             f"values on the run plan; expected finite "
-                                             f"{plan.q.shape}")
-                        self.units.torque_permille(tau_ff)      # the per-mille range, before moving
-                    except ValueError as exc:
-                        parent.send(("quit",))
-                        raise SafetyRefused(f"feed-forward: {exc}") from None
-                else:
-                    tau_ff = (self.full.inverse_dynamics(plan.q, plan.qd, plan.qdd)
-                              if s.torque_feedforward else np.zeros_like(plan.q))
-                if s.dry_run:
-                    parent.send(("quit",))
-                    _recv(parent, proc, 5.0, "dry-run exit")
-                    rec = self._dry_recording(plan, q_now, meta)
-                    rec.meta["bus_report"] = to_jsonable(self.last_bus_report, nonfinite="keep")
-                    rec.meta["bus_report_text"] = format_bus_report(self.last_bus_report)
-                    return rec
-                plan_shm = shared_memory.SharedMemory(create=True, size=2 * plan.q.size * 8)
-                np.ndarray(plan.q.shape, np.float64, plan_shm.buf)[:] = plan.q
-                np.ndarray(plan.q.shape, np.float64, plan_shm.buf, offset=plan.q.size * 8)[:] = tau_ff
-                parent.send(("go", plan_shm.name, plan.n_cycles))
-                summary, error = self._supervise(parent, proc, ctrl, flush, plan, progress)
+                got = self._bring_up_and_plan(io, proc, guard, traj_full, periods, tau_ff, meta)
+                if isinstance(got, Recording):       # dry run
+                    return got
+                plan, tau_plan = got
+                io.plan_shm = shared_memory.SharedMemory(create=True, size=2 * plan.q.size * 8)
+                np.ndarray(plan.q.shape, np.float64, io.plan_shm.buf)[:] = plan.q
+                np.ndarray(plan.q.shape, np.float64, io.plan_shm.buf, offset=plan.q.size * 8)[:] = tau_plan
+                io.parent.send(("go", io.plan_shm.name, plan.n_cycles))
+                summary, error = self._supervise(io.parent, proc, io.ctrl, io.flush, plan, progress)
         except BaseException:
-            ctrl[L.C_ABORT] = ctrl[L.C_ABORT] or L.ABORT_REQUEST   # never leave it moving unsupervised
+            io.ctrl[L.C_ABORT] = io.ctrl[L.C_ABORT] or L.ABORT_REQUEST   # never unsupervised
+            summary = summary or {"fault": Fault.ABORTED.value, "stop_confirmed": False,
+                                  "message": "the parent stopped before the loop reported"}
             raise
         finally:
-            if proc.pid is not None:               # started (a failed start leaves nothing to join)
-                proc.join(10.0)
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join(1.0)
-            flush(int(ctrl[L.C_ROWS]))
-            n_rows = int(ctrl[L.C_ROWS])
-            run_row0 = int(ctrl[L.C_RUN_ROW0])
-            cyc = rows[:n_rows].copy()
-            with self._ctrl_lock:
-                self._ctrl = None
-            for shm in (plan_shm, ctrl_shm, rec_shm):
-                if shm is not None:
-                    shm.close()
-                    shm.unlink()
-            parent.close()
+            cyc, n_rows, run_row0 = io.close(proc, self)
             if n_rows == 0 and not any(record_dir.iterdir()):
                 record_dir.rmdir()                 # nothing recorded: leave no empty folder
-        return self._finish(record_dir, cyc, n_rows, run_row0, summary, error, write_error, guard,
+            elif sys.exc_info()[0] is not None:    # leaving on an exception: the records anyway
+                self._write_records(record_dir, cyc, n_rows, run_row0, summary, io.write_error)
+        return self._finish(record_dir, cyc, n_rows, run_row0, summary, error, io.write_error, guard,
                             plan, meta)
+
+    def _offline_dry_run(self, traj_full, trajectory, periods) -> Recording:
+        """No iface: no bus; the pose is taken to be the trajectory's start."""
+        s = self.settings
+        q0 = np.asarray(traj_full.evaluate(np.zeros(1))[0], float)[0]
+        plan = build_plan(traj_full, periods, self.dt, q0, self.limits.qd_max, self.limits.qdd_max,
+                          dwell=s.dwell_s)
+        self._check(plan.t, plan.q, plan.qd, plan.qdd, "run plan")
+        meta = {"backend": "hardware", "iface": None, "config": self.cfg.path, "dry_run": True,
+                "cycle_time_s": self.dt, "periods": periods,
+                "trajectory_duration_s": float(trajectory.duration)}
+        rec = self._dry_recording(plan, q0, meta)
+        rec.meta["note"] = "offline dry run (no iface): limits checked, bus not touched, nothing moved"
+        return rec
+
+    def _capacity(self, trajectory, periods) -> int:
+        """Upper bound of the cycles the loop may record (bring-up, enable, plan, stop)."""
+        s, sc, n = self.settings, self.cfg.safety, self.full.n
+        t_app = approach_duration(self.limits.q_min, self.limits.q_max,
+                                  self.limits.qd_max * sc.approach_speed_frac,
+                                  self.limits.qdd_max * sc.approach_speed_frac)
+        enable_cycles = int(s.enable_timeout_s / self.dt)
+        brake = int(np.ceil(sc.brake_delay_s / self.dt)) + 1
+        m_max = (int(round(trajectory.duration / self.dt)) * periods + int(np.ceil(t_app / self.dt))
+                 + 2 * int(round(s.dwell_s / self.dt)) + 2)
+        ramp = ramp_bound_cycles(STEP_VELOCITY_FACTOR * self.limits.qd_max, self.limits.qdd_max,
+                                 sc.stop_jerk_max_rad_s3 or None, self.dt)
+        return (enable_cycles + 200 + m_max + ramp + sc.settle_cycles + sc.hold_cycles + n + brake
+                + sc.confirm_cycles + 16)
+
+    def _loop_process(self, io, record_dir, capacity):
+        """The (not yet started) loop process and its spec."""
+        s, sc = self.settings, self.cfg.safety
+        policy = {f.value: p for f, p in DEFAULT_POLICY.items()}
+        policy.update(s.fault_policy)
+        spec = L.LoopSpec(config_path=self.cfg.path, iface=s.iface, joint_names=list(self.full.joint_names),
+                          limits=self.limits, rec_shm=io.rec_shm.name, ctrl_shm=io.ctrl_shm.name,
+                          capacity=capacity, complete_access=s.complete_access,
+                          receive_timeout_us=s.receive_timeout_us,
+                          enable_timeout_cycles=int(s.enable_timeout_s / self.dt),
+                          fault_reset=sc.fault_reset, policy=policy,
+                          realtime=s.realtime, bus_factory=self._bus[0], bus_kwargs=self._bus[1],
+                          parent_pid=os.getpid(), record_dir=str(record_dir),
+                          torque_limit=np.asarray(self.full.limits.tau_max, float))
+        ctx = mp.get_context("spawn")
+        io.parent, child = ctx.Pipe()
+        io.child = child
+        return ctx.Process(target=L.loop_main, args=(spec, child), name="twinid-ethercat-loop", daemon=True)
+
+    def _bring_up_and_plan(self, io, proc, guard, traj_full, periods, tau_ff, meta):
+        """Start the loop, wait for OP, check the start, plan the run: (plan, torque offsets), or
+        the dry-run Recording. A signal during bring-up leaves at once (nothing enabled)."""
+        s, sc, parent = self.settings, self.cfg.safety, io.parent
+        proc.start()
+        self.loop_pid = proc.pid
+        io.child.close()
+        msg = _recv(parent, proc, s.bringup_timeout_s, "bring-up", interrupted=lambda: guard.received)
+        if msg is None:                            # signalled while SOEM brings the bus up
+            proc.terminate()                       # nothing is enabled before "go"
+            guard.raise_if_received("nothing was moved (bus bring-up interrupted)", moved=False)
+        if msg[0] == "error":
+            raise _bus_error(msg)
+        if msg[0] == "done":                       # a signal arrived during bring-up
+            guard.raise_if_received("nothing was moved", moved=False)
+        info = msg[1]
+        if guard.received is not None:             # signalled during bring-up: leave, never enable
+            _recv(parent, proc, 1.0, "signal exit")
+            guard.raise_if_received("nothing was moved", moved=False)
+        self.last_bus_report = dict(info.get("bus_report") or {}, rt=info.get("rt"))
+        for w in (info.get("rt") or {}).get("warnings", []):
+            warn(w)
+        q_now = np.asarray(info["q"], float)
+        try:
+            self._check_start(info, q_now, traj_full)
+            plan = build_plan(traj_full, periods, self.dt, q_now,
+                              self.limits.qd_max * sc.approach_speed_frac,
+                              self.limits.qdd_max * sc.approach_speed_frac, dwell=s.dwell_s)
+            self._check(plan.t, plan.q, plan.qd, plan.qdd, "run plan (approach from the measured pose)")
+            tau_plan = self._feedforward(plan, tau_ff)
+        except ValueError:
+            parent.send(("quit",))
+            raise
+        if s.dry_run:
+            parent.send(("quit",))
+            _recv(parent, proc, 5.0, "dry-run exit")
+            rec = self._dry_recording(plan, q_now, meta)
+            rec.meta["bus_report"] = to_jsonable(self.last_bus_report, nonfinite="keep")
+            rec.meta["bus_report_text"] = format_bus_report(self.last_bus_report)
+            return rec
+        return plan, tau_plan
+
+    def _feedforward(self, plan, tau_ff) -> np.ndarray:
+        """(M, n) torque offsets [N*m] of the plan: the given model's (checked: shape, finite,
+        per-mille range), else the rigid-body inverse dynamics (torque_feedforward) or zeros."""
+        if tau_ff is None:
+            return (self.full.inverse_dynamics(plan.q, plan.qd, plan.qdd)
+                    if self.settings.torque_feedforward else np.zeros_like(plan.q))
+        tau = np.asarray(tau_ff(plan.q, plan.qd, plan.qdd), float)
+        try:
+            if tau.shape != plan.q.shape or not np.all(np.isfinite(tau)):
+                raise ValueError(f"tau_ff returned shape {tau.shape} or non-finite values on the run "
+                                 f"plan; expected finite {plan.q.shape}")
+            self.units.torque_permille(tau)      # the per-mille range, before moving
+        except ValueError as exc:
+            raise SafetyRefused(f"feed-forward: {exc}") from None
+        return tau
 
     def _check_start(self, info, q_now, traj_full) -> None:
         """Before enabling: drives already in FAULT (refused unless safety.fault_reset is
@@ -435,7 +434,7 @@ class HardwareBackend:
         try:
             while True:
                 msg = None
-                if parent.poll(0.2):
+                if parent.poll(0.02):
                     try:
                         msg = parent.recv()
                     except (EOFError, OSError):       # the loop process died (killed)
@@ -447,7 +446,7 @@ class HardwareBackend:
                         error = msg
                     break
                 beat = int(ctrl[L.C_HEARTBEAT])
-                flush(int(ctrl[L.C_ROWS]), 1000)   # rows are complete once counted
+                flush(int(ctrl[L.C_ROWS]), 1000)   # rows complete once counted; >= every 80 ms
                 if bar is not None:
                     bar.n = min(plan.n_cycles, max(0, beat - int(ctrl[L.C_RUN_ROW0])))
                     bar.refresh()
@@ -469,7 +468,10 @@ class HardwareBackend:
                 bar.close()
         return summary, error
 
-    def _finish(self, record_dir, cyc, n_rows, run_row0, summary, error, write_error, guard, plan, meta):
+    def _write_records(self, record_dir, cyc, n_rows, run_row0, summary, write_error):
+        """stream.npz (assembled chunks), bus.npz and summary.json, each atomic; returns (stream
+        Recording or None, its path or None, the summary written). Where the disk fails, the
+        stream is built from the rows in memory (every row is kept) and the reason is noted."""
         cols = L.column_slices(self.full.n)
         stream, where = None, None
         if n_rows:
@@ -478,44 +480,60 @@ class HardwareBackend:
                 where = record_dir / "stream.npz"
             except Exception as exc:  # noqa: BLE001 -- the disk failed: say so, keep the rows in memory
                 write_error.append(f"assembling {record_dir / 'stream.npz'}: {type(exc).__name__}: {exc}")
+                t, ch = L.chunk_channels(cyc, self.full.n)
+                stream = Recording(t=t, rate_hz=1.0 / self.dt, joint_names=list(self.full.joint_names),
+                                   meta={"note": "built from the rows in memory: the disk failed"}, **ch)
             try:
-                np.savez(record_dir / "bus.npz", t=cyc[:, cols["t"]], wkc=cyc[:, cols["wkc"]].astype(np.int64),
-                         late=cyc[:, cols["late"]], late_flag=cyc[:, cols["late_flag"]] > 0,
-                         t_wall=cyc[:, cols["t_wall"]], phase=cyc[:, cols["phase"]].astype(np.int64),
-                         dc_err_ns=cyc[:, cols["dc_err_ns"]],
-                         error_code=cyc[:, cols["error_code"]].astype(np.int64))
+                atomic_savez(record_dir / "bus.npz", dict(
+                    t=cyc[:, cols["t"]], wkc=cyc[:, cols["wkc"]].astype(np.int64),
+                    late=cyc[:, cols["late"]], late_flag=cyc[:, cols["late_flag"]] > 0,
+                    t_wall=cyc[:, cols["t_wall"]], phase=cyc[:, cols["phase"]].astype(np.int64),
+                    dc_err_ns=cyc[:, cols["dc_err_ns"]], q_cmd=cyc[:, cols["q_cmd"]],
+                    error_code=cyc[:, cols["error_code"]].astype(np.int64)))
             except Exception as exc:  # noqa: BLE001
                 write_error.append(f"bus.npz: {type(exc).__name__}: {exc}")
-        saved = (f"the {n_rows} samples recorded are in {where}" if where is not None else
-                 f"the {n_rows} samples recorded could NOT be saved ({'; '.join(write_error)})"
-                 if n_rows else "no sample was recorded")
-        if error is not None:
-            exc = _bus_error(error)
-            exc.args = (f"{exc.args[0]} (drives disabled at once; {saved})",)
-            raise exc
-        guard.raise_if_received(saved)
-        stats = cycle_stats(cyc[:, cols["t_wall"]], self.dt)
         summary = dict(summary or {})
-        summary.update(stats=stats, record_dir=str(record_dir), run_row0=run_row0)
+        summary.update(stats=cycle_stats(cyc[:, cols["t_wall"]], self.dt), record_dir=str(record_dir),
+                       run_row0=run_row0, rows_recorded=n_rows,
+                       stream_file=None if where is None else str(where))
         if write_error:
             summary.setdefault("fault", Fault.RECORD_FAILED.value)
             summary["message"] = f"{summary.get('message')}; recording failed: {'; '.join(write_error)}"
-        self.last_summary, self.last_stream = summary, stream
         if summary.get("emergencies"):
             summary["message"] = (f"{summary.get('message')}; CoE emergencies: "
                                   + ", ".join(f"{e['joint']} error code {e['error_code']:#06x}"
                                               for e in summary["emergencies"]))
         try:
-            (record_dir / "summary.json").write_text(json.dumps(to_jsonable(summary, nonfinite="keep"),
-                                                                indent=1))
-        except Exception:  # noqa: BLE001 -- the samples matter more; the message says where they are
-            pass
+            write_json(record_dir / "summary.json", summary)
+        except Exception as exc:  # noqa: BLE001 -- the samples matter more; the message says where
+            summary["message"] = f"{summary.get('message')}; summary.json not written: {exc}"
+        return stream, where, summary
+
+    def _finish(self, record_dir, cyc, n_rows, run_row0, summary, error, write_error, guard, plan, meta):
+        if error is not None:
+            summary = dict(summary or {}, fault=summary.get("fault") if summary else None,
+                           message=f"loop error {error[1]}: {error[2]}")
+        stream, where, summary = (self._write_records(record_dir, cyc, n_rows, run_row0, summary,
+                                                      write_error) if n_rows else
+                                  (None, None, dict(summary or {})))
+        saved = (f"the {n_rows} samples recorded are in {where}" if where is not None else
+                 f"the {n_rows} samples recorded could NOT be saved ({'; '.join(write_error)}); they "
+                 f"are in the exception's recording (memory)" if n_rows else "no sample was recorded")
+        confirmed = bool(summary.get("stop_confirmed"))
+        how = stop_claim(summary)
+        if error is not None:
+            exc = _bus_error(error)
+            exc.args = (f"{exc.args[0]} ({how}; {saved})",)
+            raise exc
+        guard.raise_if_received(f"{how}; {saved}", moved=True, confirmed=confirmed)
+        self.last_summary, self.last_stream = summary, stream
         if summary.get("fault"):
             if where is None or stream is None:
                 warn(f"run stopped: {summary.get('message')}; {saved}")
-            raise RunStopped(f"hardware run stopped safely: {summary.get('message')} ({saved})",
+            raise RunStopped(f"hardware run stopped ({how}): {summary.get('message')} ({saved})",
                              summary["fault"], summary, stream, where)
         a, b = run_row0 + plan.traj_start, run_row0 + plan.traj_stop
+        cols = L.column_slices(self.full.n)
         rec = stream.window(a, b)
         # every `decimate`-th row of the command grid; rows whose frame was lost (their inputs are
         # the previous cycle's) are left out -- t keeps the real acquisition times, so the gap
@@ -574,11 +592,14 @@ def cycle_stats(t_wall: np.ndarray, dt: float) -> dict:
             "late_cycles": int(np.sum(p > 1.5 * dt)), "mean_s": float(p.mean())}
 
 
-def _recv(conn, proc, timeout, what):
+def _recv(conn, proc, timeout, what, interrupted=None):
+    """The loop's next message within `timeout` [s]; None as soon as `interrupted()` is true."""
     t_end = time.monotonic() + timeout
     while time.monotonic() < t_end:
-        if conn.poll(0.1):
+        if conn.poll(0.05):
             return conn.recv()
+        if interrupted is not None and interrupted():
+            return None
         if not proc.is_alive() and not conn.poll(0):
             raise RuntimeError(f"EtherCAT loop process died during {what} (exit code {proc.exitcode})")
     raise TimeoutError(f"EtherCAT loop process gave no answer within {timeout} s during {what}")

@@ -102,8 +102,12 @@ class EthercatBus:
     """
 
     def __init__(self, cfg: EthercatConfig, iface: str, *, complete_access: bool = False,
-                 receive_timeout_us: int | None = None, op_timeout_s: float = 5.0):
+                 receive_timeout_us: int | None = None, op_timeout_s: float = 5.0,
+                 reaction_sdos: list | None = None):
         self.cfg = cfg
+        # per drive (bus order): [(index, sub, type, value)] of robot.drive.reactions, written in
+        # PREOP after the startup SDOs (required: a drive without them is refused)
+        self.reaction_sdos = reaction_sdos or [[] for _ in cfg.drives]
         self.iface = iface
         self.layout = PdoLayout.from_config(cfg)
         self.complete_access = complete_access
@@ -264,6 +268,7 @@ class EthercatBus:
         sdos += [(0x6065, 0, struct.pack("<I", window), False, False),
                  (0x6066, 0, struct.pack("<H", max(1, int(round(sc.following_error_timeout_s * 1e3)))),
                   False, True)]
+        sdos += [(i, s_, pack_sdo_value(t, v), False, False) for i, s_, t, v in self.reaction_sdos[k]]
         sdos += [(*x, False) for x in self.layout.assignment_sdos(self.complete_access)]
         label = self._slave_label(k)
 
@@ -294,7 +299,8 @@ class EthercatBus:
                                          f"to {MODE_CSP} (CSP); refusing to enable")
                 return
             self.units_read[k] = dict(got, notes=notes, skipped_optional=skipped,
-                                      following_error_window_counts=window)
+                                      following_error_window_counts=window,
+                                      stop_reactions={f"{i:#06x}": v for i, _s, _t, v in self.reaction_sdos[k]})
         return hook
 
     # -- cyclic -----------------------------------------------------------------------------

@@ -137,6 +137,17 @@ class SafetyConfig:
         pose by at most this much per joint [rad] (else refused before enabling).
     following_error_timeout_s: drive-side following error timeout, written to 0x6066 [s]; the
         window 0x6065 is following_error_max_rad in counts.
+    stop_jerk_max_rad_s3: jerk limit of the stop ramp [rad/s^3] (0: acceleration limit only); the
+        ramp's deceleration is the run's acceleration limit qdd_max of each joint.
+    standstill_rad_s, settle_cycles: after the ramp the drives are disabled once every enabled
+        joint's measured speed is below standstill_rad_s [rad/s], waiting at most settle_cycles.
+    quick_stop_option, shutdown_option, disable_operation_option, fault_reaction_option,
+        abort_connection_option: the drives' own stop reactions written at bring-up (0x605A,
+        0x605B, 0x605C, 0x605E, 0x6007; CiA 402 option codes), with the quick-stop and profile
+        deceleration (0x6085, 0x6084) from the arm's acceleration limits and the max torque 0x6072
+        from its torque limits (:mod:`robot.drive.reactions`).
+    feedback_fault_cycles: consecutive cycles of a frozen or jumping encoder (against the
+        commanded motion) that stop the run as a feedback fault.
     """
     following_error_max_rad: float = 0.05
     position_step_max_rad: float = 0.005
@@ -150,6 +161,15 @@ class SafetyConfig:
     brake_delay_s: float = 0.1            # disable operation (0x07) -> shutdown (0x06) delay
     start_pose_tolerance_rad: float = 0.5  # |pose read at bring-up - trajectory start| allowed
     following_error_timeout_s: float = 0.01   # drive-side following error (0x6066)
+    stop_jerk_max_rad_s3: float = 0.0     # 0: no jerk limit on the stop ramp
+    standstill_rad_s: float = 0.05
+    settle_cycles: int = 200
+    quick_stop_option: int = 2            # slow down on the quick stop ramp -> switch on disabled
+    shutdown_option: int = 1              # slow down on the slow down ramp, then disable
+    disable_operation_option: int = 1     # slow down on the slow down ramp, then disable
+    fault_reaction_option: int = 2        # slow down on the quick stop ramp
+    abort_connection_option: int = 3      # master lost: quick stop
+    feedback_fault_cycles: int = 10
 
 
 @dataclass(frozen=True)
@@ -175,6 +195,16 @@ class EthercatConfig:
     def joint_names(self) -> list[str]:
         return [d.joint for d in self.drives]
 
+
+# CiA 402 option codes a safe integration may choose (each one decelerates on a ramp; "disable
+# drive function" / coasting (0) is not offered)
+_REACTION_CODES = {
+    "quick_stop_option": (1, 2, 5, 6),        # 0x605A: slow down / quick stop ramp (5, 6: stay in QSA)
+    "shutdown_option": (1,),                  # 0x605B: slow down ramp, then disable
+    "disable_operation_option": (1,),         # 0x605C: slow down ramp, then disable
+    "fault_reaction_option": (1, 2),          # 0x605E: slow down / quick stop ramp
+    "abort_connection_option": (1, 3),        # 0x6007: fault (-> fault reaction) / quick stop
+}
 
 REQUIRED_RX = ("controlword", "target_position")
 REQUIRED_TX = ("statusword", "position_actual")
@@ -352,13 +382,24 @@ def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
         start_pose_tolerance_rad=num(s, "start_pose_tolerance_rad", "safety", positive=True,
                                      default=sd.start_pose_tolerance_rad),
         following_error_timeout_s=num(s, "following_error_timeout_s", "safety", positive=True,
-                                      default=sd.following_error_timeout_s))
+                                      default=sd.following_error_timeout_s),
+        stop_jerk_max_rad_s3=num(s, "stop_jerk_max_rad_s3", "safety", default=sd.stop_jerk_max_rad_s3),
+        standstill_rad_s=num(s, "standstill_rad_s", "safety", positive=True,
+                             default=sd.standstill_rad_s),
+        settle_cycles=num(s, "settle_cycles", "safety", int, default=sd.settle_cycles),
+        feedback_fault_cycles=num(s, "feedback_fault_cycles", "safety", int, True,
+                                  default=sd.feedback_fault_cycles),
+        **{k: num(s, k, "safety", int, default=getattr(sd, k)) for k in _REACTION_CODES})
+    for k, allowed in _REACTION_CODES.items():
+        if getattr(safety, k) not in allowed:
+            raise ConfigError(f"{where}: safety.{k}={getattr(safety, k)} is not a stop reaction "
+                              f"that ends at rest; allowed: {sorted(allowed)}")
     if safety.fault_reset not in ("never", "on_start"):
         raise ConfigError(f"{where}: safety.fault_reset must be 'never' or 'on_start', got "
                           f"{safety.fault_reset!r}")
     if not 0 <= safety.brake_delay_s <= 5:
         raise ConfigError(f"{where}: safety.brake_delay_s={safety.brake_delay_s} outside [0, 5] s")
-    for key in ("torque_margin_frac", "torque_margin_coulomb"):
+    for key in ("torque_margin_frac", "torque_margin_coulomb", "stop_jerk_max_rad_s3", "settle_cycles"):
         if getattr(safety, key) < 0:
             raise ConfigError(f"{where}: safety.{key} must be >= 0, got {getattr(safety, key)!r}")
 
@@ -435,7 +476,7 @@ class HardwareSettings:
             elif k == "fault_policy":
                 if not isinstance(v, dict):
                     raise ValueError(f"hardware setting fault_policy must be a mapping, got {v!r}")
-                from .safety import Fault
+                from .faults import Fault
                 names = {f.value for f in Fault}
                 for fk, fv in v.items():
                     if fk not in names:

@@ -8,6 +8,8 @@
   the drift-compensation correction.
 * :func:`harden` -- gc off, ``mlockall``, CPU affinity, SCHED_FIFO; returns what was granted and
   a warning text for everything that was not (the loop prints it loudly).
+* :class:`LoopWatch` -- the loop's own stop requests: SIGTERM / SIGHUP / SIGINT to the loop
+  process and the death of its parent (PR_SET_PDEATHSIG + ``getppid`` every cycle).
 """
 from __future__ import annotations
 
@@ -15,7 +17,10 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import signal
 import time
+
+from .faults import Fault
 
 MCL_CURRENT, MCL_FUTURE = 1, 2
 
@@ -129,3 +134,52 @@ def harden(realtime: bool = True, cpu: int | None = None, priority: int = 30) ->
     else:
         out["warnings"].append("SCHED_FIFO not requested (hardware.realtime: false)")
     return out
+
+
+class LoopWatch:
+    """The loop's own stop requests, checked every cycle: SIGTERM / SIGHUP / SIGINT to this
+    process (a signal to the whole process group reaches it too) and the death of its parent
+    (PR_SET_PDEATHSIG delivers SIGUSR1; ``os.getppid()`` is compared every cycle as well, which
+    also covers a parent that died before the request was made). The loop never runs the plan
+    unsupervised: either ends in the defined stop (Fault.SIGNAL / Fault.PARENT_DIED)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+    def __init__(self, parent_pid: int | None):
+        self.parent_pid = parent_pid
+        self.signum: int | None = None
+        self.parent_dead = False
+
+    def install(self) -> None:
+        for s in self.SIGNALS:
+            signal.signal(s, self._on_signal)
+        signal.signal(signal.SIGUSR1, self._on_parent_death)
+        if self.parent_pid is not None:
+            set_parent_death_signal(signal.SIGUSR1)
+
+    def _on_signal(self, signum, frame):
+        if self.signum is None:
+            self.signum = signum
+
+    def _on_parent_death(self, signum, frame):
+        self.parent_dead = True
+
+    def reason(self):
+        """(Fault, text) of a pending stop request, or None."""
+        if self.parent_pid is not None and (self.parent_dead or os.getppid() != self.parent_pid):
+            self.parent_dead = True
+            return (Fault.PARENT_DIED, f"the parent process (pid {self.parent_pid}) died; the loop "
+                                       f"stops the arm on its own")
+        if self.signum is not None:
+            return (Fault.SIGNAL, f"{signal.Signals(self.signum).name} to the loop process")
+        return None
+
+
+def set_parent_death_signal(signum: int) -> bool:
+    """prctl(PR_SET_PDEATHSIG, signum) through ctypes (Linux); False where unavailable."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(1, int(signum), 0, 0, 0) == 0       # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return False

@@ -8,6 +8,9 @@
   parent do not kill it: they request the defined stop (``ctrl[C_ABORT]``) and are re-raised as
   an exception once the loop has stopped the drives.
 * :func:`warn` -- loud console notes (stderr), e.g. SCHED_FIFO unavailable, where samples are.
+* :class:`RunIO` -- the parent's side of one loop run (shared memory, pipe, rows streamed to
+  chunk files at least every 80 ms); :func:`check_free_space` before arming;
+  :func:`stop_claim` -- what a message may say about a stop (only what the drives confirmed).
 """
 from __future__ import annotations
 
@@ -16,7 +19,13 @@ import os
 import signal
 import sys
 import threading
+import time
+from multiprocessing import shared_memory
 from pathlib import Path
+
+import numpy as np
+
+from . import loop as L
 
 DEFAULT_RECORD_ROOT = "twinid-hardware"
 
@@ -46,6 +55,18 @@ def new_record_dir(root: str | os.PathLike | None) -> Path:
                              f"(set hardware.options.record_dir / --out to a writable folder); "
                              f"nothing was moved") from exc
     return d
+
+
+def check_free_space(folder: Path, need_bytes: int) -> None:
+    """Refuse (RecordDirError, nothing moved) when the file system holding `folder` has less
+    than `need_bytes` free: the run's rows (chunks, the assembled stream, bus.npz) must fit
+    before the drives are armed, so a full disk cannot cut a recording short."""
+    import shutil
+    free = shutil.disk_usage(folder).free
+    if free < need_bytes:
+        raise RecordDirError(f"not enough free space for the recording under {folder}: "
+                             f"{free / 1e6:.1f} MB free, {need_bytes / 1e6:.1f} MB needed (the "
+                             f"run's longest recording, 3 copies); nothing was moved")
 
 
 def warn(text: str) -> None:
@@ -89,12 +110,94 @@ class SignalGuard:
         self._old.clear()
         return False
 
-    def raise_if_received(self, where: str) -> None:
-        """Re-raise the received signal: KeyboardInterrupt for SIGINT, StopSignal otherwise."""
+    def raise_if_received(self, where: str, moved: bool = True, confirmed: bool = False) -> None:
+        """Re-raise the received signal: KeyboardInterrupt for SIGINT, StopSignal otherwise.
+        The note claims only what is known: `moved` False (nothing was enabled), else
+        `confirmed` (the drives' statuswords confirmed the defined stop) or not."""
         if self.received is None:
             return
-        warn(f"{signal.Signals(self.received).name} received: the drives were stopped in the "
-             f"defined order; {where}")
+        name = signal.Signals(self.received).name
+        if not moved:
+            what = "the drives were never enabled"
+        elif confirmed:
+            what = "the drives were stopped in the defined order (confirmed by their statuswords)"
+        else:
+            what = "the defined stop was requested; the drives did NOT confirm it"
+        warn(f"{name} received: {what}; {where}")
         if self.received == signal.SIGINT:
             raise KeyboardInterrupt
         raise StopSignal(self.received)
+
+
+def stop_claim(summary: dict) -> str:
+    """What the loop's summary lets us claim about the stop -- only what the drives confirmed."""
+    if summary.get("stop_confirmed"):
+        ramp = summary.get("stop_ramp_cycles")
+        return (f"ramped to rest in {ramp} cycles, the drives' statuswords confirmed them disabled"
+                if ramp is not None else "the drives' statuswords confirmed them disabled")
+    return ("the drives did NOT confirm a disabled state; check the arm (their own stop reactions "
+            "and SyncManager watchdogs apply)")
+
+
+class RunIO:
+    """The parent's side of one loop run: shared memory (control block, row table, plan), the
+    pipe, and the chunk writer streaming rows to disk (at least every FLUSH_S seconds)."""
+
+    FLUSH_S = 0.08
+
+    @classmethod
+    def create(cls, be, record_dir, capacity):
+        io = cls()
+        width = L.row_width(be.full.n)
+        io.ctrl_shm = shared_memory.SharedMemory(create=True, size=L.CTRL_LEN * 8)
+        io.rec_shm = shared_memory.SharedMemory(create=True, size=capacity * width * 8)
+        io.plan_shm = None
+        io.ctrl = np.ndarray((L.CTRL_LEN,), np.int64, io.ctrl_shm.buf)
+        io.ctrl[:] = 0
+        io.rows = np.ndarray((capacity, width), np.float64, io.rec_shm.buf)
+        io.n = be.full.n
+        io.writer, io.parent, io.child = None, None, None
+        io.written, io.t_flush, io.write_error = 0, time.monotonic(), []
+        be._ctrl = io.ctrl
+        return io
+
+    def flush(self, upto, min_rows=1):
+        """Stream rows [written, upto) to a chunk file once FLUSH_S has passed (or min_rows=0...);
+        a write failure requests the defined stop (ctrl[C_ABORT] = ABORT_RECORD)."""
+        now = time.monotonic()
+        if self.write_error or upto <= self.written:
+            return
+        if upto - self.written < min_rows and now - self.t_flush < self.FLUSH_S:
+            return
+        try:
+            t, ch = L.chunk_channels(self.rows[self.written:upto], self.n)
+            self.writer.write(t, **ch)
+        except Exception as exc:  # noqa: BLE001 -- full disk, folder gone, ...: stop the arm
+            self.ctrl[L.C_ABORT] = L.ABORT_RECORD
+            self.write_error.append(f"{type(exc).__name__}: {exc}")
+            return
+        self.written, self.t_flush = upto, now
+        self.ctrl[L.C_WRITTEN] = upto
+
+    def close(self, proc, be):
+        """Join the loop, write the last rows, release the shared memory; (rows copy, count,
+        first run row)."""
+        if proc.pid is not None:               # started (a failed start leaves nothing to join)
+            proc.join(10.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        n_rows = int(self.ctrl[L.C_ROWS])
+        self.flush(n_rows)
+        run_row0 = int(self.ctrl[L.C_RUN_ROW0])
+        cyc = self.rows[:n_rows].copy()
+        with be._ctrl_lock:
+            be._ctrl = None
+        for shm in (self.plan_shm, self.ctrl_shm, self.rec_shm):
+            if shm is not None:
+                shm.close()
+                shm.unlink()
+        if self.parent is not None:
+            self.parent.close()
+        return cyc, n_rows, run_row0
+

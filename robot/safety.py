@@ -18,13 +18,13 @@ detection, and the safe-stop sequence.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 
 from identify.model.robot_model import Limits
 
 from .drive import cia402
+from .faults import DEFAULT_POLICY, Fault  # noqa: F401 -- re-exported
 
 
 class SafetyError(RuntimeError):
@@ -146,43 +146,6 @@ def limit_step(prev: np.ndarray, desired: np.ndarray, step_max: np.ndarray) -> n
 
 
 # -- run-time faults ------------------------------------------------------------------------------
-class Fault(str, Enum):
-    DRIVE_FAULT = "drive_fault"
-    WKC_DROP = "wkc_drop"
-    LOST_FRAMES = "lost_frames"
-    SLAVE_LOST = "slave_lost"
-    LIMIT_BREACH = "limit_breach"
-    FOLLOWING_ERROR = "following_error"
-    STALLED_LOOP = "stalled_loop"
-    ENABLE_TIMEOUT = "enable_timeout"
-    ABORTED = "aborted"
-    DRIVE_DISABLED = "drive_disabled"    # left OPERATION ENABLED without a fault (STO, quick stop)
-    MODE_CHANGED = "mode_changed"        # 0x6061 no longer shows CSP
-    AL_STATE = "al_state"                # a slave left OP / shows an AL status code
-    RECORD_FAILED = "record_failed"      # the parent could not write the recording
-    SIGNAL = "signal"                    # SIGTERM / SIGHUP / SIGINT to the parent
-
-
-# What to do on each fault: "hold" (hold the last measured pose for hold_cycles, then disable in
-# order) or "disable" (disable in order at once).
-DEFAULT_POLICY = {
-    Fault.DRIVE_FAULT: "hold",        # the faulted drive has already dropped; the others hold
-    Fault.WKC_DROP: "hold",
-    Fault.LOST_FRAMES: "hold",
-    Fault.SLAVE_LOST: "hold",
-    Fault.LIMIT_BREACH: "hold",
-    Fault.FOLLOWING_ERROR: "disable",  # the arm cannot follow (collision?): stop pushing at once
-    Fault.STALLED_LOOP: "hold",
-    Fault.ENABLE_TIMEOUT: "disable",
-    Fault.ABORTED: "hold",
-    Fault.DRIVE_DISABLED: "hold",      # the others hold; the disabled drive's brake holds its axis
-    Fault.MODE_CHANGED: "disable",
-    Fault.AL_STATE: "hold",
-    Fault.RECORD_FAILED: "hold",
-    Fault.SIGNAL: "hold",
-}
-
-
 @dataclass
 class FaultEvent:
     fault: Fault

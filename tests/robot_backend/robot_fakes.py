@@ -21,7 +21,8 @@ class FakeBus:
 
     def __init__(self, cfg, iface, *, complete_access=False, receive_timeout_us=None,
                  faults=(), q0=None, lag_s=0.004, echo_torque=False, ignore_mode=False,
-                 start_fault=None):
+                 start_fault=None, reaction_sdos=None):
+        self.reaction_sdos = reaction_sdos   # what the real bus would write at bring-up
         self.cfg, self.layout = cfg, PdoLayout.from_config(cfg)
         self.n = cfg.n_drives
         self.units = make_units(cfg)

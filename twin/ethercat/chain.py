@@ -26,6 +26,8 @@ from .esc import ALSC_SM_WATCHDOG, OP, SAFEOP, STATE_NAMES as AL_NAMES, Esc
 from .motion import Motion
 from .sii import SyncManagerLayout, build_sii
 
+# the drive's stop / fault reaction objects the master writes at bring-up (reported in status())
+STOP_OBJECTS = (0x6007, 0x605A, 0x605B, 0x605C, 0x605E, 0x6084, 0x6085, 0x6072)
 FAULT_KINDS = ("drive_fault", "drop_frames", "corrupt_frames", "stop_answering", "resume_answering",
                "sdo_abort", "wrong_identity", "sto", "quick_stop", "ignore_mode", "al_error",
                "set_object", "clear")
@@ -399,6 +401,7 @@ class SlaveChain:
                         "watchdog_s": e.watchdog_s, "sync0": e.sync0(),
                         "emergencies_sent": e.emergencies_sent,
                         "following_window_counts": e.od.value(0x6065),
+                        "stop_reactions": {f"{i:#06x}": e.od.value(i) for i in STOP_OBJECTS},
                         "transitions": list(e.drive.transitions)}
                        for e in self.slaves],
             "watchdog_trips": list(self.watchdog_trips)}

@@ -278,6 +278,14 @@ def drive_dictionary(*, vendor_id: int, product_code: int, revision: int, serial
         (0x2002, "encoder counts per revolution", "U32", counts_per_rev, ro, None, None),
         (0x2003, "position actual source (1 motor, 2 link encoder)", "U8", position_source, ro, None, None),
         (0x6066, "following error time out", "U16", 10, rw, None, None),
+        # stop and fault reactions (CiA 402 option codes) and their ramps [counts/s^2]
+        (0x6007, "abort connection option code", "I16", 1, rw, None, lambda v: 0 <= v <= 3),
+        (0x605A, "quick stop option code", "I16", 2, rw, None, lambda v: 0 <= v <= 8),
+        (0x605B, "shutdown option code", "I16", 0, rw, None, lambda v: v in (-1, 0, 1)),
+        (0x605C, "disable operation option code", "I16", 1, rw, None, lambda v: v in (0, 1)),
+        (0x605E, "fault reaction option code", "I16", 2, rw, None, lambda v: 0 <= v <= 4),
+        (0x6084, "profile deceleration", "U32", 1 << 22, rw, None, lambda v: v > 0),
+        (0x6085, "quick stop deceleration", "U32", 1 << 23, rw, None, lambda v: v > 0),
     ]:
         _var(od, idx, nm, t, v, acc, pdo, chk)
     # units (CiA 402): encoder increments per motor revolution, gear ratio, feed constant
