@@ -429,3 +429,117 @@ def test_trajectory_files_are_checked_before_any_optimization(tmp_path, capsys, 
     monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
     assert main(trajectory_is_other_yaml(tmp_path)) == 2
     assert "trajectories.validation.file" in capsys.readouterr().err
+
+
+# -- logs of a user's arm (issue 25): each row changes a log simulated from the arm's URDF
+#    (identify.logs.simulate: the truth is known) and is refused naming the file, key, joint or
+#    time span, or read as it should be -----------------------------------------------------
+@pytest.fixture(scope="module")
+def arm_log(tmp_path_factory):
+    """(model, csv file, gains, column map) of an 8 s, 100 Hz simulated log with currents."""
+    from identify.logs.simulate import simulate, write_log
+    from identify.model.robot_model import RobotModel
+    model = RobotModel.from_urdf(str(ASSETS / "cobot6.urdf"))
+    log = simulate(model, duration_s=8.0, rate_hz=100.0, signals="both", seed=0)
+    folder = tmp_path_factory.mktemp("armlog")
+    f = write_log(log, folder, "csv")
+    gains = yaml.safe_load((folder / "truth.yaml").read_text())["gains"]
+    cols = {"time": "t", "q": [f"q_{j}" for j in range(6)], "i_m": [f"i_m_{j}" for j in range(6)]}
+    return model, Path(f), [float(g) for g in gains], cols
+
+
+def _rows(f: Path, keep) -> Path:
+    """A copy of the CSV log `f` with only the data rows keep(t) is true for."""
+    import numpy as np
+    lines = f.read_text().splitlines()
+    t = np.array([float(ln.split(",")[0]) for ln in lines[1:]])
+    out = f.with_name(f"cut_{abs(hash(keep)) % 10**8}.csv")
+    out.write_text("\n".join([lines[0]] + [ln for ln, k in zip(lines[1:], keep(t)) if k]) + "\n")
+    return out
+
+
+def _nan_row(f: Path, row: int, col: int) -> Path:
+    """A copy of `f` with cell `col` of line `row` + 1 (1-based, the header is line 1) NaN."""
+    lines = f.read_text().splitlines()
+    cells = lines[row].split(",")
+    cells[col] = "nan"
+    lines[row] = ",".join(cells)
+    out = f.with_name(f"nan_{row}_{col}.csv")
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def log_gap_2s(f, g):
+    return {"file": _rows(f, lambda t: (t < 3.0) | (t >= 5.0))}
+
+
+def log_gap_8_samples_filled(f, g):      # short losses are bridged by the resampling
+    return {"file": _rows(f, lambda t: (t < 3.0) | (t >= 3.08))}
+
+
+def log_one_negative_gain(f, g):
+    return {"current_gains": g[:2] + [-g[2]] + g[3:]}
+
+
+def log_all_gains_negative(f, g):
+    return {"current_gains": [-x for x in g]}
+
+
+def log_radians_read_as_degrees(f, g):
+    return {"position_unit": "deg"}
+
+
+def log_window_past_the_end(f, g):
+    return {"window_s": [6.0, 20.0]}
+
+
+def log_window_rows_past_the_end(f, g):
+    return {"window_rows": [700, 900]}
+
+
+def log_nan_outside_the_window(f, g):
+    return {"file": _nan_row(f, 50, 3), "window_s": [2.0, 7.5]}
+
+
+def log_nan_inside_the_window(f, g):
+    return {"file": _nan_row(f, 500, 3), "window_s": [2.0, 7.5]}
+
+
+LOG_CASES = [
+    # (change of the log spec, None: read, else a fragment of the LogError)
+    (log_gap_2s, "time: 1 gap(s) in the samples longer than 10 sample periods (0.1 s at 100 Hz), "
+                 "from the log's start: 2.990..5.000 s (2.01 s, after line 301); they would be "
+                 "filled by interpolation: fit the part without a gap (window_s: [0, 2.990])"),
+    (log_gap_8_samples_filled, None),
+    (log_one_negative_gain, "motor torque of joint joint3 is -0.998x the URDF's rigid-body "
+                             "torque on the log's motion (about +1 expected): its sign is flipped; "
+                             "check current_gains (joint joint3)"),
+    (log_all_gains_negative, "motor torque of joint joint1 is -1."),
+    (log_radians_read_as_degrees, "the log is probably in radians read as degrees: set "
+                                  "position_unit: rad"),
+    (log_window_past_the_end, "window_s [6.0, 20.0] reaches beyond the log (it spans 0..7.99 s "
+                              "from its start)"),
+    (log_window_rows_past_the_end, "window_rows [700, 900] reaches beyond the log (it spans "
+                                   "rows 0..800)"),
+    (log_nan_outside_the_window, None),
+    (log_nan_inside_the_window, "q of joint 3 is not finite at line 501"),
+]
+
+
+@pytest.mark.parametrize("change, fragment", LOG_CASES, ids=[c[0].__name__ for c in LOG_CASES])
+def test_hostile_log(change, fragment, arm_log):
+    from identify.logs.load import LogError, load_log
+    from identify.scenario.spec import ColumnMap, LogSpec
+    model, f, gains, cols = arm_log
+    keys = {"file": f, "format": "csv", "columns": ColumnMap(**cols), "current_gains": gains}
+    keys.update(change(f, gains))
+    spec = LogSpec(**keys)
+    if fragment is None:
+        rec = load_log(spec, model.joint_names, model=model, warnings=[])
+        assert rec.t.shape[0] >= 500 and rec.tau_m is not None
+        assert all(v is None or bool((v == v).all()) for v in (rec.q, rec.tau_m))
+        return
+    with pytest.raises(LogError) as exc:
+        load_log(spec, model.joint_names, model=model, warnings=[])
+    text = " ".join(str(exc.value).split())
+    assert text.startswith(str(spec.file)) and fragment in text, text
