@@ -543,3 +543,49 @@ def test_hostile_log(change, fragment, arm_log):
         load_log(spec, model.joint_names, model=model, warnings=[])
     text = " ".join(str(exc.value).split())
     assert text.startswith(str(spec.file)) and fragment in text, text
+
+
+@pytest.fixture(scope="module")
+def ur_log(arm_log, tmp_path_factory):
+    """The same motion as a Universal Robots RTDE export (preset ur_rtde, space separated)."""
+    from identify.logs.simulate import simulate, write_log
+    model, _, gains, _ = arm_log
+    log = simulate(model, duration_s=8.0, rate_hz=100.0, signals="both", seed=0)
+    return Path(write_log(log, tmp_path_factory.mktemp("urlog"), "ur_rtde"))
+
+
+def _ur_edit(f: Path, name: str, drop=(), add=()) -> Path:
+    """A copy of the RTDE log `f` without the columns `drop`, with columns `add` (value 0.1)."""
+    lines = f.read_text().splitlines()
+    keep = [i for i, h in enumerate(lines[0].split(" ")) if h not in drop]
+    rows = [[c for i, c in enumerate(ln.split(" ")) if i in keep] for ln in lines]
+    rows = [r + (list(add) if k == 0 else ["0.1"] * len(add)) for k, r in enumerate(rows)]
+    out = f.with_name(name)
+    out.write_text("\n".join(" ".join(r) for r in rows) + "\n")
+    return out
+
+
+PRESET_CASES = [
+    # (columns dropped, columns added, fragment of the LogError)
+    (("actual_current_5",), (), "preset ur_rtde: i_m: no column actual_current_5 (joint 6) in "
+                                "the header; the file has it for joints 1, 2, 3, 4, 5"),
+    (("actual_q_5",), (), "preset ur_rtde: q: no column actual_q_5 (joint 6) in the header"),
+    ((), ("actual_q_6", "actual_qd_6"), "preset ur_rtde: q: the log has 7 joints "
+                                        "(actual_q_0..actual_q_6), the arm 6"),
+]
+
+
+@pytest.mark.parametrize("drop, add, fragment", PRESET_CASES,
+                         ids=["current_column_missing", "q_column_missing", "seven_joint_log"])
+def test_hostile_preset_log(drop, add, fragment, arm_log, ur_log):
+    from identify.logs.load import LogError, load_log
+    from identify.scenario.spec import LogSpec
+    model, _, gains, _ = arm_log
+    ok = load_log(LogSpec(file=ur_log, preset="ur_rtde", current_gains=gains),
+                  model.joint_names, model=model, warnings=[])
+    assert ok.tau_m is not None                      # the unchanged export reads
+    f = _ur_edit(ur_log, f"edit_{len(drop)}_{len(add)}.csv", drop, add)
+    with pytest.raises(LogError) as exc:
+        load_log(LogSpec(file=f, preset="ur_rtde", current_gains=gains), model.joint_names,
+                 model=model, warnings=[])
+    assert str(exc.value).startswith(str(f)) and fragment in str(exc.value), str(exc.value)
