@@ -454,7 +454,8 @@ def _control_only(scn: Scenario, out, command: str, log=None) -> RunResult:
             gains = None if scn.arm.drives is None else gains_from_drives(scn.arm.drives,
                                                                           model.joint_names)
             with progress.step("reading logs", timings):
-                rec = load_log(specs["excitation"], model.joint_names, gains=gains)
+                # the unit guards of a normal fit too (a log in degrees gave 0.435 kg for 1.5)
+                rec = load_log(specs["excitation"], model.joint_names, gains=gains, model=model)
             res = fit_payload(ps, arm, rec, scn.processing, None)
             run.trajectories["payload"] = TrajectoryInfo(
                 label="payload", source=str(specs["excitation"].file), duration_s=rec.duration,

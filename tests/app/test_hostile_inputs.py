@@ -589,3 +589,28 @@ def test_hostile_preset_log(drop, add, fragment, arm_log, ur_log):
         load_log(LogSpec(file=f, preset="ur_rtde", current_gains=gains), model.joint_names,
                  model=model, warnings=[])
     assert str(exc.value).startswith(str(f)) and fragment in str(exc.value), str(exc.value)
+
+
+def test_payload_fit_from_a_log_in_degrees_is_refused(arm_log, tmp_path, capsys, monkeypatch):
+    """The payload fit reads its log with the normal fit's unit guards: positions logged in
+    degrees but declared in radians are refused naming the joint (they gave 0.435 kg for a
+    1.5 kg payload, exit 0). The same log in radians is read (the fit then runs)."""
+    import numpy as np
+    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    model, f, gains, cols = arm_log
+    lines = f.read_text().splitlines()
+    rows = [[float(x) for x in ln.split(",")] for ln in lines[1:]]
+    deg = np.array(rows)
+    deg[:, 1:7] = np.rad2deg(deg[:, 1:7])
+    log = tmp_path / "deg.csv"
+    np.savetxt(log, deg, delimiter=",", header=lines[0], comments="")
+    d = _base()
+    d["arm"]["payload"] = {"mass_kg": 1.5, "com_m": [0.01, -0.02, 0.05]}
+    d["payload"] = {"arm_model": str(ASSETS / "cobot6.urdf"), "signal": "tau_m"}
+    d["fit"] = {"excitation": {"file": str(log), "format": "csv", "columns": cols,
+                               "current_gains": gains}}
+    rc = main(["-q", "fit", _write(tmp_path, d), "--out", str(tmp_path / "out")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2, err
+    assert f"{log}: q of joint joint" in err and "the log is probably in degrees: set " \
+                                                 "position_unit: deg" in err, err
