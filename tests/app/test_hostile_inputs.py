@@ -614,3 +614,31 @@ def test_payload_fit_from_a_log_in_degrees_is_refused(arm_log, tmp_path, capsys,
     assert rc == 2, err
     assert f"{log}: q of joint joint" in err and "the log is probably in degrees: set " \
                                                  "position_unit: deg" in err, err
+
+
+def test_two_sweeps_on_one_folder(tmp_path, capsys, tripwire, monkeypatch):
+    """A second sweep on a folder another process is sweeping is refused (exit 2, naming the
+    other) before anything runs; once that process has ended, the folder is free again (the
+    kernel releases the lock: no stale lock)."""
+    import subprocess
+    import sys
+    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "sweep"
+    out.mkdir()
+    hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); f.write('{\"pid\": 1, \"command\": \"sweep\"}'); "
+            "f.flush(); print('held', flush=True); time.sleep(60)")
+    other = subprocess.Popen([sys.executable, "-c", hold, str(out / ".twinid-sweep.lock")],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        d = _base()
+        d["sweep"] = {"seeds": 2}
+        argv = ["sweep", _write(tmp_path, d), "--out", str(out)]
+        assert main(argv) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"{out}: in use by another twinid command" in err and "choose another --out" in err
+    finally:
+        other.kill()
+        other.wait()
+    assert main(argv) == 130                    # free again: the sweep starts (the tripwire)
