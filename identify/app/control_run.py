@@ -110,7 +110,8 @@ def _payload(scn: Scenario, model, folder: Path, run: RunInfo, command: str, tru
         gains = None if scn.arm.drives is None else gains_from_drives(scn.arm.drives,
                                                                       model.joint_names)
         with progress.step("reading logs", run.timings):
-            rec = load_log(specs["excitation"], model.joint_names, gains=gains)
+            # the unit guards of a normal fit too (a log in degrees gave 0.435 kg for 1.5)
+            rec = load_log(specs["excitation"], model.joint_names, gains=gains, model=model)
         res = fit_payload(ps, arm, rec, scn.processing, None)
         run.trajectories["payload"] = TrajectoryInfo(
             label="payload", source=str(specs["excitation"].file), duration_s=rec.duration,

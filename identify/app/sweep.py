@@ -43,6 +43,7 @@ import yaml
 
 from identify.common import progress
 from identify.common.errors import InputError
+from identify.common.fileio import hold_folder_lock
 from identify.scenario.spec import NOISE_ALIASES, Scenario
 
 from .acquisition import record
@@ -173,6 +174,10 @@ def _prepare_folder(scn: Scenario, out) -> Path:
     else:
         folder = Path(out)
     (folder / "runs").mkdir(parents=True, exist_ok=True)
+    try:                # one sweep per folder (two on one --out both ran)
+        hold_folder_lock(folder, "sweep", ".twinid-sweep.lock")
+    except OSError as exc:
+        raise InputError(f"{exc}; wait for it or choose another --out") from None
     fp = _fingerprint(scn)
     meta = folder / "sweep.yaml"
     if meta.exists():

@@ -164,3 +164,33 @@ def usable_cache(sub: str, what: str = "") -> Path | None:
                  f"C, and trajectories are optimized on every run. Set TWINID_CACHE to a "
                  f"writable folder.")
     return None if _cache_state[key] is not None else folder
+
+
+#: folder -> the open lock file this process holds on it (hold_folder_lock)
+_HELD_LOCKS: dict = {}
+
+
+def hold_folder_lock(folder: str | os.PathLike, what: str, name: str = ".twinid.lock") -> None:
+    """Hold an exclusive lock on `folder` (fcntl.flock on folder/name) until this process exits
+    or locks the same folder again (a sequential re-run); the kernel drops it when the process
+    dies, so no stale lock is ever left. Raises OSError (errno EWOULDBLOCK) when another process
+    holds it; the lock file then names that process (pid, `what`)."""
+    import fcntl
+    key = str(Path(folder).resolve())
+    old = _HELD_LOCKS.pop(key, None)
+    if old is not None:
+        old.close()
+    fh = open(Path(folder) / name, "a+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        who = fh.read().strip()
+        fh.close()
+        raise BlockingIOError(f"{folder}: in use by another twinid command"
+                              + (f" ({who})" if who else "")) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(json.dumps({"pid": os.getpid(), "command": what}))
+    fh.flush()
+    _HELD_LOCKS[key] = fh

@@ -60,12 +60,19 @@ def select_window(spec: LogSpec, t: np.ndarray, where: str) -> slice:
         off = t[0] if key == "window_s" else 0.0
         a = int(np.searchsorted(t, lo + off, side="left"))
         b = int(np.searchsorted(t, hi + off, side="right"))
+    span = (f"rows 0..{N}" if key == "window_rows" else
+            f"0..{t[-1] - t[0]:g} s from its start" if key == "window_s" else
+            f"time stamps {t[0]:g}..{t[-1]:g} s")
     if b - a < 4:
-        span = (f"rows 0..{N}" if key == "window_rows" else
-                f"0..{t[-1] - t[0]:g} s from its start" if key == "window_s" else
-                f"time stamps {t[0]:g}..{t[-1]:g} s")
         raise LogError(f"{where}: {key} {[lo, hi]} keeps {max(b - a, 0)} samples (the log spans "
                        f"{span})")
+    # a window reaching past the log's end (or before its start) keeps less than asked for
+    dt = float(np.median(np.diff(t))) if N > 1 else 0.0
+    past = (hi > N or lo < 0) if key == "window_rows" else \
+        (hi + off > t[-1] + dt or lo + off < t[0] - dt)
+    if past:
+        raise LogError(f"{where}: {key} {[lo, hi]} reaches beyond the log (it spans {span}); "
+                       f"give a window inside it")
     return slice(a, b)
 
 
@@ -124,11 +131,13 @@ def load_log(spec: LogSpec, joint_names, *, gains=None, where: str | None = None
         if ch["i_m"] is not None and ch["tau_m"] is None:
             ch["tau_m"] = ch["i_m"] * _gains(spec, gains, n, where)
         meta, dtruth = {}, None
-    _check(t, ch, where, fmt, row0)
+    _check_time(t, where, fmt, row0)
     win = select_window(spec, t, where)
     if win != slice(0, t.shape[0]):
         t = t[win]
         ch = {k: None if v is None else v[win] for k, v in ch.items()}
+    # samples outside the window are not used: only the window's must be finite
+    _check_channels(ch, where, fmt, row0 + int(win.start or 0))
     if spec.check_units and fmt != "recording":
         guards.check_time(t, spec.time_scale, where)
         if model is not None:       # magnitudes only: <= 200 000 evenly spread samples
@@ -138,8 +147,12 @@ def load_log(spec: LogSpec, joint_names, *, gains=None, where: str | None = None
             guards.check_torque(None if ch["tau_m"] is None else ch["tau_m"][::k],
                                 _gravity_torque(model, q_s), model, where,
                                 from_currents=ch["i_m"] is not None, warnings=warnings)
+            guards.check_torque_sign(t[::k], q_s, None if ch["tau_m"] is None else
+                                     ch["tau_m"][::k], model, where,
+                                     from_currents=ch["i_m"] is not None)
     dt = np.diff(t)
     rate = float(spec.rate_hz) if spec.rate_hz else 1.0 / float(np.median(dt))
+    guards.check_gaps(t, rate, where, lambda i: _loc(fmt, row0 + int(win.start or 0) + i))
     resampled = not is_uniform(t, rate, _UNIFORM_TOL)
     if resampled:
         present = [k for k, v in ch.items() if v is not None]
@@ -182,24 +195,32 @@ def _gains(spec: LogSpec, default, n: int, where: str) -> np.ndarray:
     return g
 
 
-def _check(t: np.ndarray, ch: dict, where: str, fmt: str, row0: int) -> None:
-    def loc(i):  # describe sample i
-        return f"line {row0 + i}" if fmt in ("csv", "text") else f"sample {i}"
+def _loc(fmt: str, i: int) -> str:
+    """Sample i of the file in words (1-based line of a CSV / text file)."""
+    return f"line {i}" if fmt in ("csv", "text") else f"sample {i}"
 
+
+def _check_time(t: np.ndarray, where: str, fmt: str, row0: int) -> None:
+    """At least 4 samples; time stamps finite and strictly increasing."""
     if t.shape[0] < 4:
         raise LogError(f"{where}: only {t.shape[0]} samples")
     bad = ~np.isfinite(t)
     if bad.any():
-        raise LogError(f"{where}: time is not finite at {loc(int(np.argmax(bad)))}")
+        raise LogError(f"{where}: time is not finite at {_loc(fmt, row0 + int(np.argmax(bad)))}")
+    d = np.diff(t)
+    if np.any(d <= 0):
+        i = int(np.argmax(d <= 0)) + 1
+        raise LogError(f"{where}: time stamps must increase strictly; {_loc(fmt, row0 + i)} has "
+                       f"t={t[i]!r} after t={t[i - 1]!r}")
+
+
+def _check_channels(ch: dict, where: str, fmt: str, row0: int) -> None:
+    """Every mapped channel finite (row0: the file's row of sample 0)."""
     for name, a in ch.items():
         if a is None:
             continue
         bad = ~np.isfinite(a)
         if bad.any():
             i, j = np.argwhere(bad)[0]
-            raise LogError(f"{where}: {name} of joint {j + 1} is not finite at {loc(int(i))}")
-    d = np.diff(t)
-    if np.any(d <= 0):
-        i = int(np.argmax(d <= 0)) + 1
-        raise LogError(f"{where}: time stamps must increase strictly; {loc(i)} has t={t[i]!r} "
-                       f"after t={t[i - 1]!r}")
+            raise LogError(f"{where}: {name} of joint {j + 1} is not finite at "
+                           f"{_loc(fmt, row0 + int(i))}")

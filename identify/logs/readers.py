@@ -100,6 +100,29 @@ def _wants_header(spec, cmap: dict) -> bool:
     return named
 
 
+def _preset_joint_columns(header: list, base: str, name: str, n: int, preset, where: str):
+    """Header indices of a preset channel's n joint columns; None when the file has none of
+    them (the channel is left out). Refused naming the column: some joints' columns missing (a
+    missing current column of 6 was found only as "no torque signal"), or a column for joint
+    n + 1 (a 7-joint log for a 6-joint arm was blamed on degrees)."""
+    hits = [[h for h in joint_column_candidates(base, j) if h in header] for j in range(n + 1)]
+    have = [j for j in range(n) if hits[j]]
+    if not have:
+        return None
+    if len(have) < n:
+        j = next(j for j in range(n) if not hits[j])
+        raise LogError(f"{where}: preset {preset}: {name}: no column "
+                       f"{joint_column_candidates(base, j)[0]} (joint {j + 1}) in the header; "
+                       f"the file has it for joints {', '.join(str(k + 1) for k in have)}")
+    if hits[n]:
+        m = n + 1
+        while any(h in header for h in joint_column_candidates(base, m)):
+            m += 1
+        raise LogError(f"{where}: preset {preset}: {name}: the log has {m} joints "
+                       f"({hits[0][0]}..{hits[n][0]}), the arm {n}: a log of another arm?")
+    return [header.index(hits[j][0]) for j in range(n)]
+
+
 def read_csv(path: Path, spec, n: int, where: str):
     cmap = column_map(spec)
     lines, first = _first_lines(path, where)
@@ -135,13 +158,8 @@ def read_csv(path: Path, spec, n: int, where: str):
                 if base in header:
                     wanted[name] = header.index(base)
                 continue
-            idx = []
-            for j in range(n):
-                hit = [h for h in joint_column_candidates(base, j) if h in header]
-                if not hit:
-                    break
-                idx.append(header.index(hit[0]))
-            if len(idx) == n:
+            idx = _preset_joint_columns(header, base, name, n, spec.preset, where)
+            if idx is not None:
                 wanted[name] = idx
             elif name == "q":
                 raise LogError(f"{where}: preset {spec.preset}: no columns "

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from identify.backend.interface import resolved_settings
 from identify.common.errors import InputError
 from identify.common.fileio import MB, writable_problem, write_json, write_yaml
 from identify.excitation import plots as trajectory_plots

@@ -459,6 +459,7 @@ def _rows(f: Path, keep) -> Path:
 
 
 def _nan_row(f: Path, row: int, col: int) -> Path:
+    """A copy of `f` with cell `col` of line `row` + 1 (1-based, the header is line 1) NaN."""
     lines = f.read_text().splitlines()
     cells = lines[row].split(",")
     cells[col] = "nan"
@@ -507,10 +508,12 @@ def log_nan_inside_the_window(f, g):
 LOG_CASES = [
     # (change of the log spec, None: read, else a fragment of the LogError)
     (log_gap_2s, "time: 1 gap(s) in the samples longer than 10 sample periods (0.1 s at 100 Hz), "
-                 "from the log's start: 2.990..5.000 s (2.01 s, after line 300); they would be "
-                 "filled by interpolation: fit the part without a gap (window_s: [5.000, 7.990])"),
+                 "from the log's start: 2.990..5.000 s (2.01 s, after line 301); they would be "
+                 "filled by interpolation: fit the part without a gap (window_s: [0, 2.990])"),
     (log_gap_8_samples_filled, None),
-    (log_one_negative_gain, "motor torque of joint joint3 is -1x the URDF's rigid-body torque"),
+    (log_one_negative_gain, "motor torque of joint joint3 is -0.998x the URDF's rigid-body "
+                             "torque on the log's motion (about +1 expected): its sign is flipped; "
+                             "check current_gains (joint joint3)"),
     (log_all_gains_negative, "motor torque of joint joint1 is -1."),
     (log_radians_read_as_degrees, "the log is probably in radians read as degrees: set "
                                   "position_unit: rad"),
@@ -519,7 +522,7 @@ LOG_CASES = [
     (log_window_rows_past_the_end, "window_rows [700, 900] reaches beyond the log (it spans "
                                    "rows 0..800)"),
     (log_nan_outside_the_window, None),
-    (log_nan_inside_the_window, "i_m of joint 3 is not finite at line 500"),
+    (log_nan_inside_the_window, "q of joint 3 is not finite at line 501"),
 ]
 
 
@@ -540,3 +543,102 @@ def test_hostile_log(change, fragment, arm_log):
         load_log(spec, model.joint_names, model=model, warnings=[])
     text = " ".join(str(exc.value).split())
     assert text.startswith(str(spec.file)) and fragment in text, text
+
+
+@pytest.fixture(scope="module")
+def ur_log(arm_log, tmp_path_factory):
+    """The same motion as a Universal Robots RTDE export (preset ur_rtde, space separated)."""
+    from identify.logs.simulate import simulate, write_log
+    model, _, gains, _ = arm_log
+    log = simulate(model, duration_s=8.0, rate_hz=100.0, signals="both", seed=0)
+    return Path(write_log(log, tmp_path_factory.mktemp("urlog"), "ur_rtde"))
+
+
+def _ur_edit(f: Path, name: str, drop=(), add=()) -> Path:
+    """A copy of the RTDE log `f` without the columns `drop`, with columns `add` (value 0.1)."""
+    lines = f.read_text().splitlines()
+    keep = [i for i, h in enumerate(lines[0].split(" ")) if h not in drop]
+    rows = [[c for i, c in enumerate(ln.split(" ")) if i in keep] for ln in lines]
+    rows = [r + (list(add) if k == 0 else ["0.1"] * len(add)) for k, r in enumerate(rows)]
+    out = f.with_name(name)
+    out.write_text("\n".join(" ".join(r) for r in rows) + "\n")
+    return out
+
+
+PRESET_CASES = [
+    # (columns dropped, columns added, fragment of the LogError)
+    (("actual_current_5",), (), "preset ur_rtde: i_m: no column actual_current_5 (joint 6) in "
+                                "the header; the file has it for joints 1, 2, 3, 4, 5"),
+    (("actual_q_5",), (), "preset ur_rtde: q: no column actual_q_5 (joint 6) in the header"),
+    ((), ("actual_q_6", "actual_qd_6"), "preset ur_rtde: q: the log has 7 joints "
+                                        "(actual_q_0..actual_q_6), the arm 6"),
+]
+
+
+@pytest.mark.parametrize("drop, add, fragment", PRESET_CASES,
+                         ids=["current_column_missing", "q_column_missing", "seven_joint_log"])
+def test_hostile_preset_log(drop, add, fragment, arm_log, ur_log):
+    from identify.logs.load import LogError, load_log
+    from identify.scenario.spec import LogSpec
+    model, _, gains, _ = arm_log
+    ok = load_log(LogSpec(file=ur_log, preset="ur_rtde", current_gains=gains),
+                  model.joint_names, model=model, warnings=[])
+    assert ok.tau_m is not None                      # the unchanged export reads
+    f = _ur_edit(ur_log, f"edit_{len(drop)}_{len(add)}.csv", drop, add)
+    with pytest.raises(LogError) as exc:
+        load_log(LogSpec(file=f, preset="ur_rtde", current_gains=gains), model.joint_names,
+                 model=model, warnings=[])
+    assert str(exc.value).startswith(str(f)) and fragment in str(exc.value), str(exc.value)
+
+
+def test_payload_fit_from_a_log_in_degrees_is_refused(arm_log, tmp_path, capsys, monkeypatch):
+    """The payload fit reads its log with the normal fit's unit guards: positions logged in
+    degrees but declared in radians are refused naming the joint (they gave 0.435 kg for a
+    1.5 kg payload, exit 0). The same log in radians is read (the fit then runs)."""
+    import numpy as np
+    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    model, f, gains, cols = arm_log
+    lines = f.read_text().splitlines()
+    rows = [[float(x) for x in ln.split(",")] for ln in lines[1:]]
+    deg = np.array(rows)
+    deg[:, 1:7] = np.rad2deg(deg[:, 1:7])
+    log = tmp_path / "deg.csv"
+    np.savetxt(log, deg, delimiter=",", header=lines[0], comments="")
+    d = _base()
+    d["arm"]["payload"] = {"mass_kg": 1.5, "com_m": [0.01, -0.02, 0.05]}
+    d["payload"] = {"arm_model": str(ASSETS / "cobot6.urdf"), "signal": "tau_m"}
+    d["fit"] = {"excitation": {"file": str(log), "format": "csv", "columns": cols,
+                               "current_gains": gains}}
+    rc = main(["-q", "fit", _write(tmp_path, d), "--out", str(tmp_path / "out")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2, err
+    assert f"{log}: q of joint joint" in err and "the log is probably in degrees: set " \
+                                                 "position_unit: deg" in err, err
+
+
+def test_two_sweeps_on_one_folder(tmp_path, capsys, tripwire, monkeypatch):
+    """A second sweep on a folder another process is sweeping is refused (exit 2, naming the
+    other) before anything runs; once that process has ended, the folder is free again (the
+    kernel releases the lock: no stale lock)."""
+    import subprocess
+    import sys
+    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "sweep"
+    out.mkdir()
+    hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); f.write('{\"pid\": 1, \"command\": \"sweep\"}'); "
+            "f.flush(); print('held', flush=True); time.sleep(60)")
+    other = subprocess.Popen([sys.executable, "-c", hold, str(out / ".twinid-sweep.lock")],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        d = _base()
+        d["sweep"] = {"seeds": 2}
+        argv = ["sweep", _write(tmp_path, d), "--out", str(out)]
+        assert main(argv) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"{out}: in use by another twinid command" in err and "choose another --out" in err
+    finally:
+        other.kill()
+        other.wait()
+    assert main(argv) == 130                    # free again: the sweep starts (the tripwire)
