@@ -8,7 +8,8 @@ Usage::
                              urdf="assets/cobot6.urdf", drives="assets/cobot6_drives.yaml",
                              twin_settings={"seed": 0},       # TwinSettings keys, plus "motion", "q0"
                              n_slaves=None)                   # None -> one drive per config entry
-    proc.start()                      # own OS process; returns once it listens on the interface
+    proc.start()                      # own OS process (entry point twin.ethercat.child); returns
+                                      # once it listens on the interface
     proc.inject("drive_fault", slave=2)          # slave = 0-based bus position (= joint index)
     proc.status(); proc.truth(); proc.stop()
 
