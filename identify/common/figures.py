@@ -145,10 +145,12 @@ CAPTIONS = (
      "reversals are stick-slip no constant-parameter model follows; a slow drift or a shape that "
      "repeats with the motion is a missing model term."),
     ("param_stage1",
-     "Stage 1 (joint-torque sensor): every base parameter's error against the twin's truth in "
-     "units of its standard deviation, with +-3 sigma bars. Look for: all points inside the "
-     "green +-3 sigma band (the title counts them); a point outside means a biased estimate or a "
-     "std that is too small."),
+     "Stage 1 (joint-torque sensor): every base parameter in units of its standard deviation, "
+     "with +-3 sigma bars -- on the twin its error against the truth, (estimate - truth) / "
+     "sigma; without a truth estimate / sigma. Look for, on the twin: all points inside the "
+     "green +-3 sigma band (the title counts them; a point outside means a biased estimate or a "
+     "std that is too small); without a truth: points inside the band are not distinguishable "
+     "from 0."),
     ("param_stage2",
      "Stage 2 (drive): per joint the reducer-friction coefficient(s), motor Coulomb and viscous "
      "friction, rotor inertia and compliance term, each +-3 sigma, with the twin's truth (x) "

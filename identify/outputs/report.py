@@ -126,7 +126,8 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
     elif rms:
         B.append(("h", 2, "Summary: motor-torque RMS, simplified vs improved joint model"))
         head = ["trajectory", "simplified [N*m]", "improved [N*m]", "reduction [%]",
-                "paper simplified", "paper improved", "paper reduction [%]", "target [%]"]
+                "paper simplified [N*m]", "paper improved [N*m]", "paper reduction [%]",
+                "target [%]"]
         rows = []
         for traj in ("excitation", "validation"):
             r = rms.get(traj, {})
@@ -216,14 +217,16 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
 
     B.extend(_control_blocks(metrics))
     plots = _plot_files(folder, metrics)
-    order = ("trajectory", "torque", "residual", "param", "sweep")
+    order = ("trajectory", "torque", "residual", "torque_decomposition", "param", "sweep")
     for group in order:
-        sel = [p for p in plots if p.stem.startswith(group)]
+        sel = [p for p in plots if p.stem.startswith(group) and (
+            group == "torque_decomposition" or not p.stem.startswith("torque_decomposition"))]
         if not sel:
             continue
         title = {"trajectory": "Trajectory plots",
                  "torque": f"Measured vs predicted {metrics.get('signal', 'motor torque')}",
-                 "residual": "Residuals", "param": "Parameters", "sweep": "Sweep"}[group]
+                 "residual": "Residuals", "torque_decomposition": "Parts of the predicted torque",
+                 "param": "Parameters", "sweep": "Sweep"}[group]
         B.append(("h", 2, title))
         for p in sel:
             B.append(("img", os.path.relpath(p, folder), _caption(p.stem)))

@@ -317,7 +317,8 @@ def plot_stage2(stage2, path, truth: dict | None = None, sigma: float = 3.0) -> 
     if truth:
         handles.append(Line2D([], [], marker="x", color="k", ls="none", mew=1.3, label="truth"))
     figures.legend_above(fig, handles, [h.get_label() for h in handles], top=1 - 0.42 / height)
-    fig.suptitle(f"stage-2 coefficients per joint ({stage2.variant} reducer friction)",
+    fig.suptitle(f"stage-2 coefficients per joint ({stage2.variant} reducer friction)"
+                 + ("" if truth else ", no ground truth to compare with"),
                  fontsize=9, y=1 - 0.08 / height, va="top")
     return figures.save(fig, path)
 

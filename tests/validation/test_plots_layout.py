@@ -292,6 +292,12 @@ def test_stage2_plot_units_truth_fixed_and_unphysical(captured, tmp_path):
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "truth" in labels and any("fixed" in s for s in labels)
     _assert_figure_legends_outside_panels(fig)
+    assert "no ground truth" not in fig._suptitle.get_text()
+    captured.clear()
+    plot_stage2(s2, tmp_path / "s2.png")                  # no truth: no crosses, and it says so
+    fig = captured[0]
+    assert not [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_marker() == "x"]
+    assert "no ground truth" in fig._suptitle.get_text()
 
 
 def test_parameter_plot_bars_inside_the_axis(captured, tmp_path):

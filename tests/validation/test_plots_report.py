@@ -107,3 +107,18 @@ def test_trajectory_folder_plots_have_the_trajectory_caption(tmp_path):
     text = md.read_text()
     for label in ("excitation", "validation"):
         assert f"*{figures.caption(f'trajectory_{label}')}*" in text
+
+
+def test_decomposition_is_not_under_measured_vs_predicted(tmp_path):
+    """The decomposition plot shows the parts of a prediction, no measurement: its own heading."""
+    from identify.common import figures
+    folder = _folder(tmp_path, {})
+    figures.save(figures.pyplot().figure(figsize=(figures.WIDTH_IN, 2)),
+                 folder / "plots" / "torque_decomposition_validation.png")
+    m = json.loads((folder / "metrics.json").read_text())
+    m["files"]["plots"].append("plots/torque_decomposition_validation.png")
+    (folder / "metrics.json").write_text(json.dumps(m))
+    text = R.build_report(folder)[0].read_text()
+    measured = text.split("## Measured vs predicted")[1].split("\n## ")[0]
+    assert "torque_decomposition" not in measured and "torque_validation" in measured
+    assert "## Parts of the predicted torque" in text
