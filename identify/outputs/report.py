@@ -113,12 +113,35 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         B.append(("p", f"Backend: **{metrics.get('backend', '?')}** -- command: "
                        f"`{metrics.get('command', '?')}` -- created {metrics.get('created', '?')} "
                        f"-- folder `{folder.name}`"))
+    B += _warning_blocks(metrics)
+    B += _summary_blocks(metrics, from_logs)
+    B += _per_joint_blocks(metrics)
+    B += _variant_blocks(metrics)
+    B += _trajectory_table_blocks(metrics)
+    B += _control_blocks(metrics)
+    B += _plot_blocks(folder, metrics)
+    B += _parameter_blocks(params)
+    B += _stage2_blocks(params)
+    B += _truth_blocks(metrics)
+    B += _closing_blocks(folder, metrics)
+    return B
 
+
+def _warning_blocks(metrics: dict) -> list[tuple]:
+    """The loud warnings first: results that cannot be trusted."""
+    B: list[tuple] = []
     loud = [m for m in metrics.get("messages") or [] if str(m).startswith("WARNING")]
     if loud:
         B.append(("h", 2, "WARNING: results not trustworthy"))
         for m in loud:
             B.append(("p", f"**{m}**"))
+    return B
+
+
+def _summary_blocks(metrics: dict, from_logs: bool) -> list[tuple]:
+    """The motor-torque summary (twin runs) and the RMS against the raw signal and its noise
+    floor."""
+    B: list[tuple] = []
     rms = metrics.get("rms", {})
     imp = metrics.get("improvement_percent", {})
     if rms and from_logs:
@@ -168,6 +191,13 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                            "explains everything but the sensor noise. The filtered-target figure "
                            "compares with the smoothed, low-passed signal the fit saw; it is "
                            "lower by the removed noise and is not agreement with the sensor."))
+    return B
+
+
+def _per_joint_blocks(metrics: dict) -> list[tuple]:
+    """RMS per joint of each trajectory and model."""
+    B: list[tuple] = []
+    rms = metrics.get("rms", {})
     if rms:
         for traj in ("excitation", "validation"):
             r = rms.get(traj, {})
@@ -185,7 +215,12 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                               + ("; stage1_tau_j: joint torque" if "stage1_tau_j" in models
                                  else "")))
             B.append(("table", head, rows))
+    return B
 
+
+def _variant_blocks(metrics: dict) -> list[tuple]:
+    """The improved model's reducer-friction variants."""
+    B: list[tuple] = []
     var = metrics.get("improved_variants_rms_closed_form")
     if var:
         fc = metrics.get("friction_term_comparison", {})
@@ -199,7 +234,12 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                        f"motion; both = the two together. Variant used for the headline figures: "
                        f"**{metrics.get('improved_variant', '?')}** (better stage-2 fit on the "
                        f"identification data: {fc.get('better', '?')})."))
+    return B
 
+
+def _trajectory_table_blocks(metrics: dict) -> list[tuple]:
+    """cond(W_base), duration and source of each trajectory, and the held data."""
+    B: list[tuple] = []
     cond = metrics.get("cond_W", {})
     traj_info = metrics.get("trajectories", {})
     if cond or traj_info:
@@ -214,8 +254,12 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                          _fmt(ti.get("samples")), ti.get("source", "--")])
         B.append(("table", head, rows))
         B.extend(_held_blocks(traj_info.get("excitation", {}).get("held")))
+    return B
 
-    B.extend(_control_blocks(metrics))
+
+def _plot_blocks(folder: Path, metrics: dict) -> list[tuple]:
+    """The plots, grouped, each with its caption."""
+    B: list[tuple] = []
     plots = _plot_files(folder, metrics)
     order = ("trajectory", "torque", "residual", "torque_decomposition", "param", "sweep")
     for group in order:
@@ -235,7 +279,12 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         B.append(("h", 2, "Other plots"))
         for p in rest:
             B.append(("img", os.path.relpath(p, folder), _caption(p.stem)))
+    return B
 
+
+def _parameter_blocks(params: dict) -> list[tuple]:
+    """Every value table of parameters.yaml, with units."""
+    B: list[tuple] = []
     for model_key, model in (params.get("models") or {}).items():
         for block_key, table in (model or {}).items():
             # value tables only (the stage-2 block, with per-joint rows, has its own section)
@@ -262,7 +311,12 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                                  for c, _ in cols]
                     + ([] if pe is None else ["yes" if pe[i] else ""]) for i, nm in enumerate(names)]
             B.append(("table", head, rows))
+    return B
 
+
+def _stage2_blocks(params: dict) -> list[tuple]:
+    """The improved model's stage-2 coefficients (and a1..a5 vs the paper's Table 2)."""
+    B: list[tuple] = []
     s2 = (params.get("models") or {}).get("improved", {}).get("stage2")
     if isinstance(s2, dict) and "params" in s2:
         B.append(("h", 2, f"Stage-2 joint coefficients ({s2.get('variant', '?')} reducer friction)"))
@@ -329,7 +383,13 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                         + [_fmt(v) + ("*" if f else "") for v, f in zip(row[:5], flags)]
                         + [_fmt(v) for v in paper])
         B.append(("table", head, rows))
+    return B
 
+
+def _truth_blocks(metrics: dict) -> list[tuple]:
+    """The prior of the consistent fit, where the twin's truth applies, and the parameter
+    errors against it."""
+    B: list[tuple] = []
     prior = metrics.get("prior")
     if isinstance(prior, dict):
         B.append(("h", 2, "Prior of the physically consistent fit / URDF export"))
@@ -361,7 +421,12 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                 B.append(("p", f"{k}: {len(sk)} skipped (not counted): "
                                + "; ".join(f"{', '.join(nms)} -- {why}" for why, nms in by.items())
                                + "."))
+    return B
 
+
+def _closing_blocks(folder: Path, metrics: dict) -> list[tuple]:
+    """Messages, timings and the folder's files."""
+    B: list[tuple] = []
     quiet = [m for m in metrics.get("messages") or [] if not str(m).startswith("WARNING")]
     if quiet:
         B.append(("h", 2, "Messages"))
