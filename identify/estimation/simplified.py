@@ -255,23 +255,27 @@ class _CV:
         return np.stack([o[0] for o in out]), np.stack([o[1] for o in out])
 
     def fold_mse(self, red, j: int, cols) -> np.ndarray:
-        """(K,) validation MSE of joint j with its columns `cols` of C, given :meth:`reduced`
-        (the K training systems solved as one stacked solve)."""
+        """(K,) validation MSE of joint j with its columns `cols` of C, given :meth:`reduced`."""
+        return self.fold_mse_many(red, j, [cols])[:, 0]
+
+    def fold_mse_many(self, red, j: int, many) -> np.ndarray:
+        """(K, C) validation MSE of joint j for C candidate column lists of one length (the
+        K x C training systems solved as one stacked solve)."""
         pb = self.pb
-        loc = np.r_[np.arange(pb), pb + np.asarray(cols, int)]
-        ix = np.ix_(loc, loc)
-        A = self.w[j] * self.Gtr[:, j][(slice(None),) + ix]
-        rhs = self.w[j] * self.btr[:, j][:, loc]
-        A[:, :pb, :pb] += red[0]
-        rhs[:, :pb] += red[1]
-        dg = np.sqrt(np.maximum(np.einsum("kii->ki", A), 1e-300))
-        As = A / dg[:, :, None] / dg[:, None, :]
-        As[:, np.arange(loc.size), np.arange(loc.size)] += 1e-10
+        loc = np.array([np.r_[np.arange(pb), pb + np.asarray(c, int)] for c in many], int)
+        L = loc.shape[1]
+        ia, ib = loc[:, :, None], loc[:, None, :]
+        A = self.w[j] * self.Gtr[:, j][:, ia, ib]                 # (K, C, L, L)
+        rhs = self.w[j] * self.btr[:, j][:, loc]                  # (K, C, L)
+        A[:, :, :pb, :pb] += red[0][:, None]
+        rhs[:, :, :pb] += red[1][:, None]
+        dg = np.sqrt(np.maximum(np.einsum("kcii->kci", A), 1e-300))
+        As = A / dg[..., :, None] / dg[..., None, :]
+        As[..., np.arange(L), np.arange(L)] += 1e-10
         p = np.linalg.solve(As, (rhs / dg)[..., None])[..., 0] / dg
-        Gv = self.G[:, j][(slice(None),) + ix]
-        e = (self.yy[:, j] - 2 * np.einsum("ki,ki->k", p, self.b[:, j][:, loc])
-             + np.einsum("ki,kij,kj->k", p, Gv, p))
-        return np.maximum(e, 0.0) / np.maximum(self.cnt[:, j], 1.0)
+        e = (self.yy[:, j][:, None] - 2 * np.einsum("kci,kci->kc", p, self.b[:, j][:, loc])
+             + np.einsum("kci,kcij,kcj->kc", p, self.G[:, j][:, ia, ib], p))
+        return np.maximum(e, 0.0) / np.maximum(self.cnt[:, j], 1.0)[:, None]
 
     def fit(self, sets):
         """Parameters [rigid, joint 1's, joint 2's, ...] on all samples and the normal matrix."""
@@ -302,12 +306,24 @@ class _Joint:
     def __call__(self, entries) -> CandidateScore:
         key = tuple(sorted(entries))
         if key not in self.memo:
-            cols = self.cols(key)
-            mse = self.cv.fold_mse(self.red, self.j, cols)
-            self.memo[key] = CandidateScore(tuple(self.pool[e][1].label for e in entries),
-                                            len(cols), float(np.sqrt(np.exp(np.mean(np.log(
-                                                np.maximum(mse, 1e-300)))))), mse)
+            self.many([entries])
         return self.memo[key]
+
+    def many(self, sets) -> None:
+        """Score every set of `sets` not scored yet, those of one column count in one solve."""
+        todo: dict = {}
+        for entries in sets:
+            key = tuple(sorted(entries))
+            if key not in self.memo:
+                todo.setdefault(len(self.cols(key)), {})[key] = list(entries)
+        for group in todo.values():
+            keys = list(group)
+            mse = self.cv.fold_mse_many(self.red, self.j, [self.cols(k) for k in keys])
+            for i, k in enumerate(keys):
+                m = mse[:, i]
+                self.memo[k] = CandidateScore(
+                    tuple(self.pool[e][1].label for e in group[k]), len(self.cols(k)),
+                    float(np.sqrt(np.exp(np.mean(np.log(np.maximum(m, 1e-300)))))), m)
 
 
 #: a move must lower the fold-paired log CV MSE by this many of its standard errors and by at
@@ -351,6 +367,8 @@ def _stepwise(ev: _Joint, start, max_steps: int = 30):
     for _ in range(max_steps):
         used = {pool[e][0] for e in cur}
         moves = []
+        ev.many([cur[:pos] + [a] + cur[pos + 1:] for pos, e in enumerate(cur) for a in ev.allowed
+                 if pool[a][0] == pool[e][0] and a != e])
         for pos, e in enumerate(cur):            # 1. a better shape constant inside a group
             alts = [cur[:pos] + [a] + cur[pos + 1:] for a in ev.allowed
                     if pool[a][0] == pool[e][0] and a != e]
@@ -366,11 +384,13 @@ def _stepwise(ev: _Joint, start, max_steps: int = 30):
                 break
         if not moves:                            # 2. a term that does not earn its place
             drops = [[x for x in cur if x != e] for e in cur]
+            ev.many(drops)
             ok = [c for c in drops if not _significant(sc, ev(c), *LEAVE)]
             if ok:
                 moves.append(min(ok, key=lambda c: (ev(c).n_coef, ev(c).mse)))
         if not moves:                            # 3. a term that lowers the score significantly
             adds = [cur + [e] for e in ev.allowed if pool[e][0] not in used]
+            ev.many(adds)
             if adds:
                 best = min(adds, key=lambda c: ev(c).mse)
                 if _significant(ev(best), sc):
@@ -433,7 +453,7 @@ def _load_torque(Wb, p, pb, chosen, pool, widths, qdd):
 
 def select_friction(Wb: np.ndarray, d, y: np.ndarray, *, joint_names, folds: int = 5,
                     pool=None, load_passes: int = 3, mask: np.ndarray | None = None,
-                    sweeps: int = 2) -> FrictionSelection:
+                    sweeps: int = 1) -> FrictionSelection:
     """Pick per joint the friction / drive-loss terms and their shape constants by blocked
     K-fold cross-validation on the identification samples only.
 

@@ -526,6 +526,28 @@ def _logs_blocks(folder: Path, metrics: dict) -> list[tuple]:
                        + str(ex.get("formula", "")) + f"); from the {ex.get('source', '?')}."))
     else:
         B.append(("p", f"**No identified.urdf written**: {ex.get('reason') or 'see messages'}."))
+    return B + _friction_selection_blocks(metrics.get("friction_selection"))
+
+
+def _friction_selection_blocks(sel: dict | None) -> list[tuple]:
+    """identification.friction: auto -- the terms chosen per joint, their CV scores and why,
+    and the candidates visited (metrics.json friction_selection; docs/friction-terms.md)."""
+    if not sel:
+        return []
+    B: list[tuple] = [("h", 2, "Friction terms chosen by cross-validation"),
+                      ("p", str(sel.get("method", "")) + ". CV RMS: the square root of the "
+                            "folds' geometric-mean squared error of the joint's torque [N*m], on "
+                            "the identification data only.")]
+    rows = [[j["joint"], " + ".join(j["chosen"]) or "(rigid body only)",
+             _fmt(j.get("chosen_cv_rms_Nm")), " + ".join(j["best_cv"]),
+             _fmt(j.get("best_cv_rms_Nm")), j.get("why", "")] for j in sel.get("joints", [])]
+    B.append(("table", ["joint", "chosen", "CV RMS [N*m]", "best by CV", "best CV RMS [N*m]",
+                        "why"], rows))
+    rows = [[j["joint"], " + ".join(c["terms"]), str(c["n_coefficients"]), _fmt(c["cv_rms_Nm"]),
+             _fmt(c.get("log_mse_ratio_to_best"), 3), _fmt(c.get("se_of_log_ratio"), 3)]
+            for j in sel.get("joints", []) for c in j.get("candidates", [])]
+    B.append(("table", ["joint", "candidate", "coefficients", "CV RMS [N*m]",
+                        "log MSE ratio to best", "SE"], rows))
     return B
 
 
