@@ -452,7 +452,7 @@ def _fmt(s: dict) -> str:
 def _write_summary_docs(folder: Path, summary: dict, plots: list) -> None:
     from identify.common.fileio import atomic_write_text
 
-    from identify.outputs.report import render_html, render_markdown
+    from identify.outputs.markup import render_html, render_markdown
     head = ["combine", "channel", "level", "runs"] + [METRICS[k][0] for k in METRICS]
     rows = []
     for r in summary["points"]:

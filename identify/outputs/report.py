@@ -14,8 +14,6 @@ paper's Table 2, timings and the list of files.
 """
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
 import os
@@ -26,7 +24,9 @@ import yaml
 from identify.common.fileio import atomic_write_text
 from identify.common.figures import caption as _caption
 
-__all__ = ["build_report", "PAPER", "render_markdown", "render_html"]
+from .markup import render_html, render_markdown
+
+__all__ = ["build_report", "PAPER"]
 
 # The paper's figures (reference README): motor-torque RMS [N*m] and the reduction [%].
 PAPER = {
@@ -507,7 +507,7 @@ def _logs_blocks(folder: Path, metrics: dict) -> list[tuple]:
         B.append(("table", ["log", "file", "duration [s]", "samples", "resampled"], rows))
     sig = metrics.get("signal", "?")
     head_model = metrics.get("headline_model", "?")
-    B.append(("h", 2, f"Summary: RMS of the fitted models and of the exported model"))
+    B.append(("h", 2, "Summary: RMS of the fitted models and of the exported model"))
     B.append(("p", f"Fitted signal: **{sig}**; headline model: **{head_model}**. RMS over all "
                    f"joints and samples of predicted minus measured {sig} [N*m]."))
     rms, ex = metrics.get("rms", {}), metrics.get("export", {})
@@ -629,74 +629,6 @@ def _control_blocks(metrics: dict) -> list[tuple]:
                            f"{_fmt(1e3 * e['com_m'])} mm (goal 2 %, 5 mm); signal {pl.get('signal')}, "
                            f"arm: {pl.get('arm_source')}."))
     return B
-
-
-def render_markdown(blocks: list[tuple]) -> str:
-    out = []
-    for b in blocks:
-        kind = b[0]
-        if kind == "h":
-            out.append("#" * b[1] + " " + b[2])
-        elif kind == "p":
-            out.append(b[1])
-        elif kind == "table":
-            head, rows = b[1], b[2]
-            def cell(c):                  # a '|' inside a cell would split the column
-                return str(c).replace("|", "\\|")
-            out.append("| " + " | ".join(cell(h) for h in head) + " |")
-            out.append("|" + "---|" * len(head))
-            out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
-        elif kind == "img":
-            out.append(f"![{Path(b[1]).stem}]({b[1]})\n\n*{b[2]}*")
-        elif kind == "code":
-            out.append("```\n" + b[1] + "\n```")
-        out.append("")
-    return "\n".join(out)
-
-
-_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}
-figure{margin:0 0 1.5em;overflow-x:auto}
-figure img{width:100%;min-width:900px;border:1px solid #eee;margin:0.5em 0;cursor:zoom-in}
-figure img.big{position:fixed;inset:0;width:100vw;height:100vh;min-width:0;object-fit:contain;
-background:#fff;margin:0;z-index:10;cursor:zoom-out}
-figcaption{font-size:0.85em;color:#555}pre{background:#f7f7f7;padding:0.6em;overflow:auto}"""
-
-
-def _inline_md(text: str) -> str:
-    import re
-    t = html.escape(text)
-    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
-    return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
-
-
-def render_html(blocks: list[tuple], folder: Path, title: str) -> str:
-    out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-           f"<style>{_CSS}</style></head><body>"]
-    for b in blocks:
-        kind = b[0]
-        if kind == "h":
-            out.append(f"<h{b[1]}>{html.escape(b[2])}</h{b[1]}>")
-        elif kind == "p":
-            out.append(f"<p>{_inline_md(b[1])}</p>")
-        elif kind == "table":
-            out.append("<table><tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in b[1])
-                       + "</tr>")
-            for r in b[2]:
-                out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>")
-            out.append("</table>")
-        elif kind == "img":
-            data = base64.b64encode((folder / b[1]).read_bytes()).decode()
-            out.append(f"<figure><img alt='{html.escape(b[2])}' title='click to enlarge' "
-                       f"onclick=\"this.classList.toggle('big')\" "
-                       f"src='data:image/png;base64,{data}'>"
-                       f"<figcaption>{html.escape(b[2])}</figcaption></figure>")
-        elif kind == "code":
-            out.append(f"<pre>{html.escape(b[1])}</pre>")
-    out.append("</body></html>")
-    return "\n".join(out)
 
 
 def build_report(folder: str | os.PathLike) -> list[Path]:
