@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from identify.estimation.design import term_design  # noqa: E402
-from identify.estimation.simplified import select_friction  # noqa: E402
+from identify.estimation.selection import select_friction  # noqa: E402
 from identify.logs.simulate import _motion  # noqa: E402
 from identify.model.base_params import compute_base_parameters  # noqa: E402
 from identify.model.friction import Term, term_columns  # noqa: E402

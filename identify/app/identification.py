@@ -15,7 +15,8 @@ from identify.estimation.delay import estimate_delay
 from identify.estimation.design import BlockDesign, design_cond, design_from
 from identify.estimation.improved import ImprovedModel
 from identify.estimation.processing import ProcessingSettings, process
-from identify.estimation.simplified import SelectedModel, SimplifiedModel
+from identify.estimation.selection import SelectedModel
+from identify.estimation.simplified import SimplifiedModel
 from identify.estimation.streaming import row_blocks
 from identify.model.base_params import compute_base_parameters
 from identify.model.friction import full_regressor

@@ -256,7 +256,8 @@ def model_tables(ident: Identification) -> dict:
     models: dict = {}
     if sm is not None:
         tb = parameter_table(sm.names_, sm.params_, sm.std_,
-                             poorly_excited=getattr(sm.estimator_, "poorly_excited_", None))
+                             poorly_excited=getattr(getattr(sm, "estimator_", None), "poorly_excited_",
+                                                    None))
         models["simplified"] = {"rigid_body": {**tb, "note": _NOTE_SIMPLIFIED}}
     if im is not None:
         tb = parameter_table(im.names1_, im.params_, im.std_, ident.truth.base,

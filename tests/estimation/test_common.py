@@ -19,6 +19,7 @@ import pytest
 from identify.common.estimator import EstimatorMixin, NotFittedError, clone
 from identify.estimation import (OLS, WLS, ConsistentFit, ImprovedModel, PayloadFit, Ridge,
                                  SimplifiedModel)
+from identify.estimation.selection import SelectedModel
 from identify.estimation.payload import from_physical, payload_regressor
 from identify.model.base_params import compute_base_parameters
 from identify.model.friction import full_regressor
@@ -127,6 +128,22 @@ def _improved_case(arm):
                 extra=lambda est: np.allclose(est.stage2_.a, tr.a(), rtol=1e-3, atol=1e-6))
 
 
+def _selected_case(arm):
+    """The simplified model with its terms chosen by CV: on data with the textbook friction
+    (viscous + Coulomb) it must recover the same base parameters, fitted with those terms."""
+    model, _base, _ = arm
+    n = model.n
+    tr = Truth(xi=np.zeros(n), f_mc=np.zeros(n), f_mv=np.zeros(n), J_m=np.zeros(n),
+               K=np.ones(n), f_lc=np.linspace(1.5, 0.5, n), f_lv=np.linspace(2, 4, n))
+    d, _ = synth(model, tr, seed=8)
+    rigid = compute_base_parameters(model, terms=(), seed=0)
+    p = rigid.project(model.inertial_parameters())
+    return Case(lambda: SelectedModel(model, rigid), (d,), {}, (d,), "rigid_params_", p,
+                lambda est: 1e-4 * np.abs(p) + 1e-5, JOINT_MODEL_FIT, {"folds": 3},
+                {"folds": 1}, attrs=("params_", "std_", "names_", "rigid_params_", "selection_"),
+                extra=None)
+
+
 CASES = {
     "OLS": lambda arm: _linear_case(arm, OLS, {"serial": None}, {"serial": "yes"}),
     "WLS": lambda arm: _linear_case(arm, WLS, {"sigma": SIGMA}, {"sigma": -SIGMA}),
@@ -134,6 +151,7 @@ CASES = {
     "ConsistentFit": _consistent_case,
     "PayloadFit": _payload_case,
     "SimplifiedModel": _simplified_case,
+    "SelectedModel": _selected_case,
     "ImprovedModel": _improved_case,
 }
 

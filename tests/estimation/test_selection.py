@@ -1,12 +1,12 @@
 """identification.friction: auto -- the per-joint term sets chosen by blocked cross-validation
-(identify.estimation.simplified.select_friction) on synthetic logs whose friction laws are known:
+(identify.estimation.selection.select_friction) on synthetic logs whose friction laws are known:
 the terms that are there are found, and no others."""
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from identify.estimation.simplified import predict_selected, select_friction
+from identify.estimation.selection import predict_selected, select_friction
 from identify.logs.simulate import _motion
 from identify.model.base_params import compute_base_parameters
 from identify.model.friction import Term, term_columns
