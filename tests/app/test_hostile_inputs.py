@@ -4,6 +4,7 @@ trajectory is optimized or the twin runs, so the whole table takes seconds; the 
 stages are replaced by a tripwire to prove it."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -642,3 +643,55 @@ def test_two_sweeps_on_one_folder(tmp_path, capsys, tripwire, monkeypatch):
         other.kill()
         other.wait()
     assert main(argv) == 130                    # free again: the sweep starts (the tripwire)
+
+
+@pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
+def test_sweep_workers_die_with_the_driver(signum, tmp_path):
+    """The sweep driver killed (SIGKILL) or terminated (SIGTERM: exit 143 within a second):
+    its worker processes end too (a ~200 MB worker stayed alive)."""
+    import signal as _signal
+    import subprocess
+    import sys
+    import time
+    from conftest import tiny_scenario
+    d = tiny_scenario("tiny_sweep", sweep={"noise": {"torque": [0.0, 0.1, 0.2, 0.3]}, "seeds": 1})
+    f = tmp_path / "sweep.yaml"
+    f.write_text(yaml.safe_dump(d))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TWINID_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "identify", "-q", "sweep", str(f), "--out",
+                             str(tmp_path / "out"), "--workers", "1"], env=env, cwd=ROOT,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+    def children():
+        try:
+            return [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                    .read_text().split()]
+        except OSError:
+            return []
+
+    def alive(pid):
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
+        except OSError:
+            return False
+    try:
+        end = time.monotonic() + 300
+        while not (tmp_path / "out" / "trajectories").exists() or len(children()) < 2:
+            assert proc.poll() is None and time.monotonic() < end, proc.stderr.read()
+            time.sleep(0.05)       # the worker (and the resource tracker) are running
+        time.sleep(1.0)
+        kids = children()
+        t0 = time.monotonic()
+        os.kill(proc.pid, signum)
+        rc = proc.wait(timeout=30)
+        dt = time.monotonic() - t0
+        end = time.monotonic() + 3.0
+        while any(alive(p) for p in kids) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not any(alive(p) for p in kids), f"workers {kids} outlived the driver"
+        if signum == _signal.SIGTERM:
+            assert rc == 143 and dt < 1.0, (rc, dt)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, _signal.SIGKILL)
