@@ -317,6 +317,39 @@ def delay_auto_reaches_the_work(tmp):
     return _processing(tmp, delay="auto")
 
 
+def _held_recording(tmp, arm_meta: dict) -> str:
+    """A 2 s twin-like recording of the reference arm (slow sines) with meta["arm"] = arm_meta."""
+    import numpy as np
+    from identify.backend.recording import Recording
+    t = np.arange(200) / 100.0
+    q = 0.2 * np.sin(np.outer(t, np.arange(1, 7)) * 0.5)
+    rec = Recording(t=t, q=q, rate_hz=100.0, joint_names=[f"joint{j}" for j in range(1, 7)],
+                    tau_j=np.zeros_like(q), tau_m=np.zeros_like(q), meta={"arm": arm_meta})
+    return str(rec.save(tmp / "held.npz"))
+
+
+def _held(tmp, arm_meta):
+    d = _base()
+    d["trajectories"]["excitation"].update({"objective": "d_optimal",
+                                            "held": [_held_recording(tmp, arm_meta)]})
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def held_recorded_with_a_payload(tmp):
+    return _held(tmp, {"urdf": str(ASSETS / "cobot6.urdf"),
+                       "payload": {"mass_kg": 1.5, "com_m": [0.0, 0.0, 0.05]}})
+
+
+def held_recorded_on_another_arm(tmp):
+    other = tmp / "other.urdf"
+    other.write_text((ASSETS / "cobot6.urdf").read_text().replace("<mass value=\"", "<mass value=\"1", 1))
+    return _held(tmp, {"urdf": str(other), "payload": None})
+
+
+def held_of_the_same_arm(tmp):       # read: the design starts (the tripwire, exit 130)
+    return _held(tmp, {"urdf": str(ASSETS / "cobot6.urdf"), "payload": None})
+
+
 #: each --force row and the input (relative to tmp) that must survive it
 FORCE_INPUTS = {
     force_fit_log_in_out: "out/recordings/log.csv",
@@ -341,6 +374,12 @@ CASES = [
     (smooth_passes_3000, 2, "processing.smooth_passes: 3000 passes is beyond the bound of 200"),
     # documented, was refused as "must be a number": now accepted (the tripwire: exit 130)
     (delay_auto_reaches_the_work, 130, "interrupted"),
+    (held_recorded_with_a_payload, 2, "trajectories.excitation.held[0]: {tmp}/held.npz was "
+                                      "recorded with payload 1.5 kg at [0.0, 0.0, 0.05] m, the "
+                                      "scenario's arm.payload is none"),
+    (held_recorded_on_another_arm, 2, "trajectories.excitation.held[0]: {tmp}/held.npz was "
+                                      "recorded on the arm of {tmp}/other.urdf"),
+    (held_of_the_same_arm, 130, "interrupted"),
     (force_fit_log_in_out, 2, "--log: {tmp}/out/recordings/log.csv is in the run folder "
                               "--out {tmp}/out, whose outputs --force would replace"),
     (force_fit_section_log_in_out, 2, "fit.excitation.file: {tmp}/out/recordings/log.csv is in "
