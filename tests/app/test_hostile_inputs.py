@@ -734,3 +734,32 @@ def test_sweep_workers_die_with_the_driver(signum, tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, _signal.SIGKILL)
+
+
+def test_full_disk_names_the_file(tmp_path, monkeypatch):
+    """A write failing for lack of space (ENOSPC from the kernel, here injected at the file's
+    write) is reported with the file it was writing, and leaves no partial file."""
+    import errno
+    from identify.common import fileio
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(fileio.os, "fdopen", lambda fd, mode: Full(real(fd, mode)))
+    target = tmp_path / "metrics.json"
+    with pytest.raises(OSError) as exc:
+        fileio.atomic_write_text(target, "{}")
+    assert exc.value.errno == errno.ENOSPC and exc.value.filename == str(target)
+    assert str(target) in str(exc.value) and "No space left on device" in str(exc.value)
+    assert list(tmp_path.iterdir()) == []
