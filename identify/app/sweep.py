@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from identify.common import progress
+from identify.common import interrupts, progress
 from identify.common.errors import InputError
 from identify.common.fileio import hold_folder_lock
 from identify.scenario.spec import NOISE_ALIASES, Scenario
@@ -288,7 +288,9 @@ def _execute(scn, trajs, todo, address, workers):
         return
     n = max(1, min(int(workers or os.cpu_count() or 1), len(todo)))
     ctx = mp.get_context("spawn")   # fresh interpreters: no inherited simulator or solver state
-    with _worker_env(), cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx) as ex:
+    with _worker_env(), cf.ProcessPoolExecutor(   # the workers die with the driver
+            max_workers=n, mp_context=ctx, initializer=interrupts.die_with_parent,
+            initargs=(os.getpid(),)) as ex:
         futs = {ex.submit(run_task, scn, trajs, t): t for t in todo}
         try:
             for fut in cf.as_completed(futs):

@@ -30,9 +30,11 @@ def _atomic(path: Path, write, mode: int | None = None) -> None:
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:   # e.g. a full disk: name the file
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
 
 

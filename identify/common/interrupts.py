@@ -245,3 +245,18 @@ def stop_pool(ex) -> None:
         with contextlib.suppress(OSError, AttributeError, ValueError, AssertionError):
             p.join(1.0)
     ex.shutdown(wait=False, cancel_futures=True)
+
+
+def die_with_parent(parent: int) -> None:
+    """Initializer of a worker process (a start of the optimizer, a sweep run): the kernel sends
+    it SIGTERM when its parent dies (PR_SET_PDEATHSIG; a driver killed with SIGKILL left a
+    ~200 MB sweep worker running), and SIGINT / SIGTERM / SIGHUP take their default action (a
+    Ctrl-C reaches the whole group; the parent, interrupted itself, stops the pool). parent: the
+    parent's pid, to catch a parent that died before the request took effect."""
+    import ctypes
+    for s in SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))    # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)

@@ -479,21 +479,9 @@ def _run_start_job(s: int):
 
 
 def _start_worker_init(parent: int) -> None:
-    """Forked start worker: die with the parent. A parent killed by a signal (or by the
-    interrupt watchdog, identify.common.interrupts) would otherwise leave its pool workers
-    waiting for work forever. SIGINT / SIGTERM / SIGHUP (a Ctrl-C reaches the whole process
-    group) end the worker at once: the parent, interrupted itself, stops the pool."""
-    import ctypes
-    import os
-    import signal
-    for s in interrupts.SIGNALS:
-        signal.signal(s, signal.SIG_DFL)
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))    # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:           # the parent died before prctl took effect
-        os._exit(1)
+    """Forked start worker: dies with the parent (identify.common.interrupts.die_with_parent);
+    a parent killed by a signal would otherwise leave its pool workers waiting forever."""
+    interrupts.die_with_parent(parent)
 
 
 def start_workers(n_starts: int, workers: int | None = None) -> int:

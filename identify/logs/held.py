@@ -61,7 +61,7 @@ def load_held(scn: Scenario, joint_names, model=None, warnings: list | None = No
         except (ValueError, OSError, KeyError) as exc:
             msg = str(exc).replace(f"{f}: ", "")
             raise InputError(f"{key}: {f} is not a twinid recording ({msg})") from None
-        prob = joints_problem(str(f), rec.joint_names, names)
+        prob = joints_problem(str(f), rec.joint_names, names) or _arm_problem(str(f), rec, scn)
         if prob is not None:
             raise InputError(f"{key}: {prob}")
         out.append(HeldRecording(key, str(entry), kind, str(f), rec))
@@ -77,3 +77,35 @@ def missing_signals(held: list[HeldRecording], channels) -> None:
             if getattr(h.recording, ch) is None:
                 raise InputError(f"{h.key}: {h.file} has no {what.get(ch, ch)}, which the fit of "
                                  f"the new recording uses; held data need the same signals")
+
+
+def _payload_of(d) -> tuple | None:
+    """(mass [kg], CoM (3,) [m]) of a payload mapping, None for none."""
+    if not d:
+        return None
+    return float(d["mass_kg"]), tuple(float(x) for x in d.get("com_m", (0.0, 0.0, 0.0)))
+
+
+def _arm_problem(file: str, rec: Recording, scn: Scenario) -> str | None:
+    """A recording made on another arm than the scenario's, as far as its metadata says
+    (``meta["arm"]`` of a twin recording: the URDF, the payload): a URDF whose file still exists
+    with other contents, or another payload (the fit would give the payload's torques to the
+    arm's parameters). None when it agrees or the recording does not say."""
+    arm = rec.meta.get("arm") if isinstance(rec.meta, dict) else None
+    if not isinstance(arm, dict):
+        return None
+    urdf = arm.get("urdf")
+    if urdf and Path(urdf).is_file() and Path(urdf).resolve() != Path(scn.arm.urdf).resolve():
+        if Path(urdf).read_bytes() != Path(scn.arm.urdf).read_bytes():
+            return (f"{file} was recorded on the arm of {urdf}, not the scenario's "
+                    f"{scn.arm.urdf} (other URDF contents): held data must be of the same arm")
+    want = _payload_of(scn.arm.to_backend_dict()["payload"])
+    got = _payload_of(arm.get("payload")) if "payload" in arm else want
+    same = (got is None) == (want is None) and (got is None or (
+        abs(got[0] - want[0]) <= 1e-9 and all(abs(a - b) <= 1e-9 for a, b in zip(got[1],
+                                                                                    want[1]))))
+    if not same:
+        show = lambda p: "none" if p is None else f"{p[0]:g} kg at {list(p[1])} m"   # noqa: E731
+        return (f"{file} was recorded with payload {show(got)}, the scenario's arm.payload is "
+                f"{show(want)}: the fit would give the difference to the arm's parameters")
+    return None

@@ -4,6 +4,7 @@ trajectory is optimized or the twin runs, so the whole table takes seconds; the 
 stages are replaced by a tripwire to prove it."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -316,6 +317,39 @@ def delay_auto_reaches_the_work(tmp):
     return _processing(tmp, delay="auto")
 
 
+def _held_recording(tmp, arm_meta: dict) -> str:
+    """A 2 s twin-like recording of the reference arm (slow sines) with meta["arm"] = arm_meta."""
+    import numpy as np
+    from identify.backend.recording import Recording
+    t = np.arange(200) / 100.0
+    q = 0.2 * np.sin(np.outer(t, np.arange(1, 7)) * 0.5)
+    rec = Recording(t=t, q=q, rate_hz=100.0, joint_names=[f"joint{j}" for j in range(1, 7)],
+                    tau_j=np.zeros_like(q), tau_m=np.zeros_like(q), meta={"arm": arm_meta})
+    return str(rec.save(tmp / "held.npz"))
+
+
+def _held(tmp, arm_meta):
+    d = _base()
+    d["trajectories"]["excitation"].update({"objective": "d_optimal",
+                                            "held": [_held_recording(tmp, arm_meta)]})
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def held_recorded_with_a_payload(tmp):
+    return _held(tmp, {"urdf": str(ASSETS / "cobot6.urdf"),
+                       "payload": {"mass_kg": 1.5, "com_m": [0.0, 0.0, 0.05]}})
+
+
+def held_recorded_on_another_arm(tmp):
+    other = tmp / "other.urdf"
+    other.write_text((ASSETS / "cobot6.urdf").read_text().replace("<mass value=\"", "<mass value=\"1", 1))
+    return _held(tmp, {"urdf": str(other), "payload": None})
+
+
+def held_of_the_same_arm(tmp):       # read: the design starts (the tripwire, exit 130)
+    return _held(tmp, {"urdf": str(ASSETS / "cobot6.urdf"), "payload": None})
+
+
 #: each --force row and the input (relative to tmp) that must survive it
 FORCE_INPUTS = {
     force_fit_log_in_out: "out/recordings/log.csv",
@@ -340,6 +374,12 @@ CASES = [
     (smooth_passes_3000, 2, "processing.smooth_passes: 3000 passes is beyond the bound of 200"),
     # documented, was refused as "must be a number": now accepted (the tripwire: exit 130)
     (delay_auto_reaches_the_work, 130, "interrupted"),
+    (held_recorded_with_a_payload, 2, "trajectories.excitation.held[0]: {tmp}/held.npz was "
+                                      "recorded with payload 1.5 kg at [0.0, 0.0, 0.05] m, the "
+                                      "scenario's arm.payload is none"),
+    (held_recorded_on_another_arm, 2, "trajectories.excitation.held[0]: {tmp}/held.npz was "
+                                      "recorded on the arm of {tmp}/other.urdf"),
+    (held_of_the_same_arm, 130, "interrupted"),
     (force_fit_log_in_out, 2, "--log: {tmp}/out/recordings/log.csv is in the run folder "
                               "--out {tmp}/out, whose outputs --force would replace"),
     (force_fit_section_log_in_out, 2, "fit.excitation.file: {tmp}/out/recordings/log.csv is in "
@@ -642,3 +682,84 @@ def test_two_sweeps_on_one_folder(tmp_path, capsys, tripwire, monkeypatch):
         other.kill()
         other.wait()
     assert main(argv) == 130                    # free again: the sweep starts (the tripwire)
+
+
+@pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
+def test_sweep_workers_die_with_the_driver(signum, tmp_path):
+    """The sweep driver killed (SIGKILL) or terminated (SIGTERM: exit 143 within a second):
+    its worker processes end too (a ~200 MB worker stayed alive)."""
+    import signal as _signal
+    import subprocess
+    import sys
+    import time
+    from conftest import tiny_scenario
+    d = tiny_scenario("tiny_sweep", sweep={"noise": {"torque": [0.0, 0.1, 0.2, 0.3]}, "seeds": 1})
+    f = tmp_path / "sweep.yaml"
+    f.write_text(yaml.safe_dump(d))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TWINID_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "identify", "-q", "sweep", str(f), "--out",
+                             str(tmp_path / "out"), "--workers", "1"], env=env, cwd=ROOT,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+    def children():
+        try:
+            return [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                    .read_text().split()]
+        except OSError:
+            return []
+
+    def alive(pid):
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
+        except OSError:
+            return False
+    try:
+        end = time.monotonic() + 300
+        while not (tmp_path / "out" / "trajectories").exists() or len(children()) < 2:
+            assert proc.poll() is None and time.monotonic() < end, proc.stderr.read()
+            time.sleep(0.05)       # the worker (and the resource tracker) are running
+        time.sleep(1.0)
+        kids = children()
+        t0 = time.monotonic()
+        os.kill(proc.pid, signum)
+        rc = proc.wait(timeout=30)
+        dt = time.monotonic() - t0
+        end = time.monotonic() + 3.0
+        while any(alive(p) for p in kids) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not any(alive(p) for p in kids), f"workers {kids} outlived the driver"
+        if signum == _signal.SIGTERM:
+            assert rc == 143 and dt < 1.0, (rc, dt)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, _signal.SIGKILL)
+
+
+def test_full_disk_names_the_file(tmp_path, monkeypatch):
+    """A write failing for lack of space (ENOSPC from the kernel, here injected at the file's
+    write) is reported with the file it was writing, and leaves no partial file."""
+    import errno
+    from identify.common import fileio
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(fileio.os, "fdopen", lambda fd, mode: Full(real(fd, mode)))
+    target = tmp_path / "metrics.json"
+    with pytest.raises(OSError) as exc:
+        fileio.atomic_write_text(target, "{}")
+    assert exc.value.errno == errno.ENOSPC and exc.value.filename == str(target)
+    assert str(target) in str(exc.value) and "No space left on device" in str(exc.value)
+    assert list(tmp_path.iterdir()) == []
