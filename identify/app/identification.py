@@ -247,7 +247,11 @@ def validate_models(scn: Scenario, fits: Fits, processed: dict, truth: TruthComp
         decompose = False            # needs the full regressors in memory / uniform terms
     with progress.step("validation", timings):
         vres = validate(sm, im, with_tau_m, routes=routes, decompose_torque=decompose,
-                        designs={k: W[k] for k in with_tau_m} if blocks and im is None else None,
+                        # the stored row-block designs are the fixed-term model's, not the
+                        # selected model's own columns
+                        designs=({k: W[k] for k in with_tau_m}
+                                 if blocks and im is None and not isinstance(sm, SelectedModel)
+                                 else None),
                         truth_base=truth.base if im is not None else None)
     head = f"improved_{route}" if route in routes else "improved_closed_form"
     preds, rms, rms_f, rms_o, improvement = {}, {}, {}, {}, {}

@@ -68,14 +68,14 @@ class DelayEstimate:
                     np.abs(self.shifts_s))])}
 
 
-def estimate_delay(d, W: np.ndarray, channel: str | None = None,
+def estimate_delay(processed, W: np.ndarray, channel: str | None = None,
                    max_delay_s: float = 0.025) -> DelayEstimate:
-    """Delay of the torque `channel` of processed data `d` behind its positions.
+    """Delay of the torque `channel` of processed data `processed` behind its positions.
 
     Args:
         d: :class:`~identify.estimation.processing.Processed` (uniform ``rate_hz``; ``fit_mask``
             is honoured).
-        W: (N, n, p) design of `d` (stage-1 / simplified columns of the processed states).
+        W: (N, n, p) design of `processed` (stage-1 / simplified columns of the processed states).
         channel: "tau_j" or "tau_m"; None -> tau_j if present, else tau_m.
         max_delay_s: searched range [s], both signs (at least 2 samples).
     Returns:
@@ -83,6 +83,7 @@ def estimate_delay(d, W: np.ndarray, channel: str | None = None,
     Raises:
         ValueError: no such channel, W and the data disagree, too few samples for the range.
     """
+    d = processed
     if channel is None:
         channel = "tau_j" if getattr(d, "tau_j", None) is not None else "tau_m"
     y = getattr(d, channel, None)

@@ -8,8 +8,9 @@ import numpy as np
 # --------------------------------------------------------------------------------------------
 # input checks and design matrices
 # --------------------------------------------------------------------------------------------
-def channel(d, name: str, n: int | None = None, n_samples: int | None = None) -> np.ndarray:
+def channel(processed, name: str, n: int | None = None, n_samples: int | None = None) -> np.ndarray:
     """Fetch a (N, n) channel of processed data with a clear error if missing or malformed."""
+    d = processed
     x = getattr(d, name, None)
     if x is None:
         raise ValueError(f"processed data has no channel {name!r} (needed by the joint model)")
@@ -26,16 +27,18 @@ def channel(d, name: str, n: int | None = None, n_samples: int | None = None) ->
     return x
 
 
-def states(d, n: int):
-    """(q, qd, qdd) of processed data `d`, each (N, n) [rad, rad/s, rad/s^2], checked by
+def states(processed, n: int):
+    """(q, qd, qdd) of processed data `processed`, each (N, n) [rad, rad/s, rad/s^2], checked by
     :func:`channel`."""
+    d = processed
     q = channel(d, "q", n)
     N = q.shape[0]
     return q, channel(d, "qd", n, N), channel(d, "qdd", n, N)
 
 
-def time_stamps(d, N: int) -> np.ndarray:
-    """Time stamps ``d.t`` (N,) [s], checked: N samples (N >= 3), strictly increasing."""
+def time_stamps(processed, N: int) -> np.ndarray:
+    """Time stamps ``processed.t`` (N,) [s], checked: N samples (N >= 3), strictly increasing."""
+    d = processed
     t = getattr(d, "t", None)
     if t is None:
         raise ValueError("processed data has no time stamps 't' (needed for taudd_r)")
@@ -100,17 +103,18 @@ def design_matrix(model, base, q, qd, qdd, *, terms=("viscous", "coulomb"),
     return W, list(base.names) + (column_names(n, terms) if terms else [])
 
 
-def coulomb_column(d, n: int, coulomb_eps: float = 0.0) -> np.ndarray | None:
-    """Parallel-filtered Coulomb column (N, n) of processed data `d`, or None.
+def coulomb_column(processed, n: int, coulomb_eps: float = 0.0) -> np.ndarray | None:
+    """Parallel-filtered Coulomb column (N, n) of processed data `processed`, or None.
 
-    If `d` carries the processing's filter chain (``d.filter_chain``, ``d.qd_full``:
+    If `processed` carries the processing's filter chain (``processed.filter_chain``, ``processed.qd_full``:
     ProcessingSettings.filter_regressor, the default), sign(qd) (tanh(qd / coulomb_eps) for
     coulomb_eps > 0) is evaluated on the chain's full grid and passed through exactly the filter
     the torques went through (processing.filter_columns), so that the smeared Coulomb step in
     the filtered torque is matched by the same smeared step in the regressor. Data without a
     chain (processed with filter_regressor=False, or built by hand): None, and the callers use
-    the plain sign(qd) of ``d.qd``.
+    the plain sign(qd) of ``processed.qd``.
     """
+    d = processed
     chain = getattr(d, "filter_chain", None)
     if chain is None:
         return None
@@ -131,13 +135,14 @@ def coulomb_column(d, n: int, coulomb_eps: float = 0.0) -> np.ndarray | None:
     return out
 
 
-def design_from(model, base, d, *, terms=("viscous", "coulomb"), coulomb_eps: float = 0.0,
+def design_from(model, base, processed, *, terms=("viscous", "coulomb"), coulomb_eps: float = 0.0,
                 blocks: bool = False) -> tuple[np.ndarray, list[str]]:
-    """:func:`design_matrix` of processed data `d` (q, qd, qdd and, if `d` carries the filter
+    """:func:`design_matrix` of processed data `processed` (q, qd, qdd and, if `processed` carries the filter
     chain, the parallel-filtered Coulomb column of :func:`coulomb_column`). This is the design
     the joint models use; share it between them via ``fit(d, W)`` / ``predict(d, W)``.
     With ``blocks=True`` a design larger than BLOCK_BYTES comes back as a :class:`BlockDesign`
     (built row block by row block when used)."""
+    d = processed
     if blocks and is_large(model, base, d, terms):
         return BlockDesign(model, base, d, terms, coulomb_eps), \
             design_matrix_names(model, base, terms)
@@ -157,7 +162,8 @@ class BlockDesign:
     parallel-filtered Coulomb column). ``shape`` is the full design's; :meth:`blocks` yields
     (slice, W_block); ``W @ params`` predicts block by block."""
 
-    def __init__(self, model, base, d, terms, coulomb_eps: float):
+    def __init__(self, model, base, processed, terms, coulomb_eps: float):
+        d = processed
         self.model, self.base, self.d = model, base, d
         self.terms, self.coulomb_eps = tuple(terms), float(coulomb_eps)
         q, self._qd, self._qdd = states(d, model.n)
@@ -195,8 +201,9 @@ class BlockDesign:
         return self._cond
 
 
-def is_large(model, base, d, terms) -> bool:
-    """True when the design of `d` exceeds BLOCK_BYTES (use :class:`BlockDesign`)."""
+def is_large(model, base, processed, terms) -> bool:
+    """True when the design of `processed` exceeds BLOCK_BYTES (use :class:`BlockDesign`)."""
+    d = processed
     N = np.shape(getattr(d, "q"))[0]
     p = len(design_matrix_names(model, base, tuple(terms)))
     # the full regressor (10n columns) is built before the base reduction
@@ -210,8 +217,9 @@ def design_cond(W) -> float:
     return float(np.linalg.cond(W.reshape(-1, W.shape[-1])))
 
 
-def given_design(obj, d, W):
-    """Design of `d` for a fitted/unfitted model `obj`: computed, or the caller's W checked."""
+def given_design(obj, processed, W):
+    """Design of `processed` for a fitted/unfitted model `obj`: computed, or the caller's W checked."""
+    d = processed
     if W is None:
         return obj.design(d)
     if isinstance(W, BlockDesign):
@@ -266,22 +274,23 @@ def design_matrix_names(model, base, terms) -> list[str]:
 _NONLINEAR = ("coulomb", "coulomb_asym", "stribeck", "sqrt_viscous", "quad_viscous", "dahl")
 
 
-def sample_interval(d) -> float:
-    """Sample interval of processed data `d` [s] (1 / rate_hz, else the median step of t)."""
+def sample_interval(processed) -> float:
+    """Sample interval of processed data `processed` [s] (1 / rate_hz, else the median step of t)."""
+    d = processed
     rate = getattr(d, "rate_hz", None)
     if rate:
         return 1.0 / float(rate)
     return float(np.median(np.diff(time_stamps(d, np.shape(d.q)[0]))))
 
 
-def term_design(d, n: int, terms, *, tau_load: np.ndarray | None = None,
+def term_design(processed, n: int, terms, *, tau_load: np.ndarray | None = None,
                 filtered: bool = True) -> dict:
-    """Columns of every library term in `terms` for all joints of processed data `d`.
+    """Columns of every library term in `terms` for all joints of processed data `processed`.
 
     Nonlinear terms (Coulomb, asymmetric Coulomb, Stribeck, sqrt/quadratic viscous, Dahl) are
-    evaluated on the filter chain's full grid (``d.qd_full``, dt = 1 / chain rate) and passed
-    through the same filter as the torques when `d` carries the chain and `filtered`; else on
-    ``d.qd`` with dt = :func:`sample_interval` (what a controller computes). Load-dependent terms
+    evaluated on the filter chain's full grid (``processed.qd_full``, dt = 1 / chain rate) and passed
+    through the same filter as the torques when `processed` carries the chain and `filtered`; else on
+    ``processed.qd`` with dt = :func:`sample_interval` (what a controller computes). Load-dependent terms
     use the (parallel-filtered) Coulomb shape of the same eps times |tau_L| on the processed
     samples (tau_L is smooth, so filter(|tau_L| c) ~ |tau_L| filter(c)).
 
@@ -290,6 +299,7 @@ def term_design(d, n: int, terms, *, tau_load: np.ndarray | None = None,
     Returns:
         {Term: (N, n, Term.width)}.
     """
+    d = processed
     from identify.model.friction import coulomb_shape, term_columns
     q, qd, qdd = states(d, n)
     chain = getattr(d, "filter_chain", None) if filtered else None

@@ -5,7 +5,7 @@
     im = ImprovedModel(model, base, friction_term="linear").fit(d)
     tau_m_hat = im.predict(d_val, route="closed_form")  # or route="eq24", simplified=sm
 
-`d` is any object with the attributes of :class:`identify.estimation.processing.Processed`: ``t`` (N,) [s] and
+`processed` is any object with the attributes of :class:`identify.estimation.processing.Processed`: ``t`` (N,) [s] and
 ``q, qd, qdd`` (N, n) [rad, rad/s, rad/s^2], ``tau_j`` (N, n) joint-torque-sensor reading tau_r
 [N*m], ``tau_m`` (N, n) motor torque reflected to the link, eta*beta*i [N*m].
 
@@ -22,8 +22,8 @@ docs/joint_models.md):
 stage-2 residual (``compare_friction_terms_``). A joint whose sensor torque is too small to fix xi
 gets xi = 0 with std NaN (``Stage2Joint.xi_identified = False``).
 
-Parallel filtering (docs/joint_models.md): when `d` carries the processing's filter chain
-(``d.filter_chain``, ``d.qd_full``; ProcessingSettings.filter_regressor, the default), every
+Parallel filtering (docs/joint_models.md): when `processed` carries the processing's filter chain
+(``processed.filter_chain``, ``processed.qd_full``; ProcessingSettings.filter_regressor, the default), every
 sign(qd) above -- the Coulomb columns of the simplified model and of stage 1, stage 2's Coulomb
 column and the opposing direction s -- is evaluated on the unfiltered grid and passed through
 exactly the torques' filter (design.coulomb_column, stage2.direction, stage2.reducer_gain), which
@@ -73,12 +73,13 @@ __all__ = ["ImprovedModel", "ROUTES", "same_design"]
 ROUTES = ("closed_form", "eq24")
 
 
-def _check_design_filtering(obj, d, W: np.ndarray) -> None:
+def _check_design_filtering(obj, processed, W: np.ndarray) -> None:
     """A given design must carry the Coulomb column the data imply: the parallel-filtered one
-    (:func:`coulomb_column`) when `d` carries a filter chain. A plain sign(qd) there is a hard
+    (:func:`coulomb_column`) when `processed` carries a filter chain. A plain sign(qd) there is a hard
     step whose second derivative (the compliance term of the prediction) is a spike at every
     reversal -- the benchmark that did this printed an improved model 30x worse than the
     simplified one. ValueError naming the fix."""
+    d = processed
     sgn = coulomb_column(d, obj.model.n, obj.coulomb_eps) if "coulomb" in obj.terms else None
     if sgn is None:
         return
@@ -158,9 +159,10 @@ class ImprovedModel(EstimatorMixin):
         return tuple(dict.fromkeys(tuple(self.variants) + need))
 
     # -- stage 1 ---------------------------------------------------------------------------
-    def design(self, d) -> np.ndarray:
+    def design(self, processed) -> np.ndarray:
         """(N, n, p) stage-1 regressor (same columns as the simplified model's, see
         :func:`design_from`)."""
+        d = processed
         W, _ = design_from(self.model, self.base, d, terms=self.terms,
                            coulomb_eps=self.coulomb_eps)
         return W
@@ -202,9 +204,10 @@ class ImprovedModel(EstimatorMixin):
         self.stage2_ = self.stage2_all_[self.friction_term_]
         return self
 
-    def _fit_stage2(self, d, W, tau_j, tau_m, variants) -> dict:
+    def _fit_stage2(self, processed, W, tau_j, tau_m, variants) -> dict:
         """Stage 2 of every joint for each friction variant: {variant: Stage2Result}. A variant
         the data do not support (ValueError) is left out, unless it is the one asked for."""
+        d = processed
         n = self.model.n
         _, qd, qdd = states(d, n)
         N = qd.shape[0]
@@ -260,21 +263,23 @@ class ImprovedModel(EstimatorMixin):
         return out
 
     # -- prediction --------------------------------------------------------------------------
-    def predict_tau_r(self, d, W: np.ndarray | None = None) -> np.ndarray:
+    def predict_tau_r(self, processed, W: np.ndarray | None = None) -> np.ndarray:
         """Stage-1 prediction T_rp of the torque-sensor reading (N, n) [N*m]."""
+        d = processed
         check_is_fitted(self)
         W = given_design(self, d, W)
         return W @ self.params_
 
-    def prediction_terms(self, d, *, tau_r: str = "model", W: np.ndarray | None = None,
+    def prediction_terms(self, processed, *, tau_r: str = "model", W: np.ndarray | None = None,
                          variant: str | None = None) -> dict:
-        """Pieces of the improved model's motor torque on the trajectory of `d`.
+        """Pieces of the improved model's motor torque on the trajectory of `processed`.
 
         Returns dict (arrays (N, n) unless noted): ``Tr`` the torque-sensor torque used (stage-1
-        T_rp, or the measured ``d.tau_j`` for tau_r="measured"), ``Mxi`` the reducer-friction
+        T_rp, or the measured ``processed.tau_j`` for tau_r="measured"), ``Mxi`` the reducer-friction
         multiplier (tau'_r = Tr / (1 - Mxi)), ``Phi`` (N, n, m) the stage-2 columns, ``c`` (n, m)
         their coefficients, ``u`` = Phi c the motor-side torque, ``W`` the stage-1 design.
         """
+        d = processed
         check_is_fitted(self)
         variant = variant or self.friction_term_
         if variant not in self.stage2_all_:
@@ -324,20 +329,21 @@ class ImprovedModel(EstimatorMixin):
             Mxi = xi[:, 0] + s * g * xi[:, 1]
         return {"Tr": Tr, "Mxi": Mxi, "Phi": Phi, "c": c, "u": u, "W": W}
 
-    def predict(self, d, route: str = "closed_form", simplified: SimplifiedModel | None = None,
+    def predict(self, processed, route: str = "closed_form", simplified: SimplifiedModel | None = None,
                 *, tau_r: str = "model", W: np.ndarray | None = None,
                 variant: str | None = None, T_pre: np.ndarray | None = None) -> np.ndarray:
-        """Predicted motor torque tau'_m (N, n) [N*m] on the trajectory of `d`.
+        """Predicted motor torque tau'_m (N, n) [N*m] on the trajectory of `processed`.
 
         Args:
             route: "closed_form" or "eq24" (needs `simplified` or `T_pre`).
             simplified: fitted SimplifiedModel for eq. (24).
             tau_r: "model" (stage-1 prediction T_rp, as for a trajectory not yet run) or
-                "measured" (``d.tau_j``).
-            W: precomputed stage-1 design (N, n, p) of `d` (shared with the simplified model).
+                "measured" (``processed.tau_j``).
+            W: precomputed stage-1 design (N, n, p) of `processed` (shared with the simplified model).
             variant: friction variant (default: ``friction_term_``).
             T_pre: the simplified model's prediction (N, n), if already computed.
         """
+        d = processed
         check_is_fitted(self)
         if route not in ROUTES:
             raise ValueError(f"unknown route {route!r}; choose one of {ROUTES}")

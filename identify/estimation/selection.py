@@ -393,14 +393,14 @@ def _load_torque(Wb, p, pb, chosen, pool, widths, qdd):
     return tl
 
 
-def select_friction(Wb: np.ndarray, d, y: np.ndarray, *, joint_names, folds: int = 5,
+def select_friction(Wb: np.ndarray, processed, y: np.ndarray, *, joint_names, folds: int = 5,
                     pool=None, load_passes: int = 3, mask: np.ndarray | None = None,
                     sweeps: int = 1) -> FrictionSelection:
     """Pick per joint the friction / drive-loss terms and their shape constants by blocked
     K-fold cross-validation on the identification samples only.
 
     Args:
-        Wb: (N, n, pb) rigid-body base regressor of `d` (inertial base parameters only).
+        Wb: (N, n, pb) rigid-body base regressor of `processed` (inertial base parameters only).
         d: Processed data (states, filter chain) the term columns are built from
             (:func:`identify.estimation.design.term_design`).
         y: (N, n) fitted torque [N*m].
@@ -408,17 +408,19 @@ def select_friction(Wb: np.ndarray, d, y: np.ndarray, *, joint_names, folds: int
         pool: [(group, Term)] candidates (default :func:`default_pool`).
         load_passes: passes of (select, fit, recompute tau_L) when the pool has load terms
             (the bilinear problem solved by iteration; the first pass has no load terms).
-        mask: (N, n) bool samples that take part (``d.fit_mask``), None: all.
+        mask: (N, n) bool samples that take part (``processed.fit_mask``), None: all.
         sweeps: passes over the joints (each joint chosen with the others' current sets).
     Returns:
         :class:`FrictionSelection`.
     """
+    d = processed
     from identify.common.blas import single_thread_blas
     with single_thread_blas():          # many small products: threads only contend
         return _select(Wb, d, y, joint_names, folds, pool, load_passes, mask, sweeps)
 
 
-def _select(Wb, d, y, joint_names, folds, pool, load_passes, mask, sweeps):
+def _select(Wb, processed, y, joint_names, folds, pool, load_passes, mask, sweeps):
+    d = processed
     from .design import term_design
     pool = default_pool() if pool is None else list(pool)
     N, n, pb = Wb.shape
@@ -467,11 +469,12 @@ def _select(Wb, d, y, joint_names, folds, pool, load_passes, mask, sweeps):
     return FrictionSelection(jt, choices, folds, passes, p, std, names, pb, sigma)
 
 
-def predict_selected(sel: FrictionSelection, Wb: np.ndarray, d, *, filtered: bool = True
+def predict_selected(sel: FrictionSelection, Wb: np.ndarray, processed, *, filtered: bool = True
                      ) -> np.ndarray:
-    """(N, n) torque [N*m] of a :class:`FrictionSelection` on processed data `d` with rigid base
+    """(N, n) torque [N*m] of a :class:`FrictionSelection` on processed data `processed` with rigid base
     design Wb (N, n, pb): rigid body + every joint's terms, tau_L = the model's own rigid-body +
     armature torque (the load-dependent columns are evaluated with it)."""
+    d = processed
     from .design import term_design
     coef = sel.coefficients()
     rigid = Wb @ sel.params[:sel.n_base]
@@ -509,8 +512,9 @@ class SelectedModel(EstimatorMixin):
         self.folds = folds
         self.pool = pool
 
-    def design(self, d) -> np.ndarray:
-        """(N, n, pb) rigid-body base regressor of processed data `d`."""
+    def design(self, processed) -> np.ndarray:
+        """(N, n, pb) rigid-body base regressor of processed data `processed`."""
+        d = processed
         from .design import states
         q, qd, qdd = states(d, self.model.n)
         return self.base.reduce(self.model.regressor(q, qd, qdd))
@@ -536,15 +540,17 @@ class SelectedModel(EstimatorMixin):
         self.names_ = list(self.base.names) + s.names[s.n_base:]
         return self
 
-    def predict(self, d, W: np.ndarray | None = None, *, filtered: bool = True) -> np.ndarray:
-        """Predicted torque (N, n) [N*m] on the states of `d` (term columns parallel-filtered
-        like the fit's when `d` carries the filter chain and `filtered`)."""
+    def predict(self, processed, W: np.ndarray | None = None, *, filtered: bool = True) -> np.ndarray:
+        """Predicted torque (N, n) [N*m] on the states of `processed` (term columns parallel-filtered
+        like the fit's when `processed` carries the filter chain and `filtered`)."""
+        d = processed
         check_is_fitted(self)
         W = self.design(d) if W is None else W
         return predict_selected(self.selection_, W, d, filtered=filtered)
 
-    def friction_torque(self, d) -> np.ndarray:
-        """(N, n) [N*m] the chosen terms' torque alone, unfiltered columns on ``d``'s states
+    def friction_torque(self, processed) -> np.ndarray:
+        """(N, n) [N*m] the chosen terms' torque alone, unfiltered columns on ``processed``'s states
         (what the export adds to the rigid body), tau_L from this fit."""
+        d = processed
         W = self.design(d)
         return self.predict(d, W, filtered=False) - W @ self.params_[:self.selection_.n_base]

@@ -27,9 +27,10 @@ class SimplifiedModel(EstimatorMixin):
         self.terms = terms
         self.coulomb_eps = coulomb_eps
 
-    def design(self, d) -> np.ndarray:
-        """(N, n, p) regressor of the simplified model for processed data `d`
-        (:func:`design_from`: parallel-filtered Coulomb column if `d` carries the filter chain)."""
+    def design(self, processed) -> np.ndarray:
+        """(N, n, p) regressor of the simplified model for processed data `processed`
+        (:func:`design_from`: parallel-filtered Coulomb column if `processed` carries the filter chain)."""
+        d = processed
         W, _ = design_from(self.model, self.base, d, terms=self.terms,
                            coulomb_eps=self.coulomb_eps, blocks=True)
         return W
@@ -60,8 +61,9 @@ class SimplifiedModel(EstimatorMixin):
         self.names_ = list(names)
         return self
 
-    def predict(self, d, W: np.ndarray | None = None) -> np.ndarray:
-        """Predicted motor torque tau'_m (N, n) [N*m] on the states of `d`."""
+    def predict(self, processed, W: np.ndarray | None = None) -> np.ndarray:
+        """Predicted motor torque tau'_m (N, n) [N*m] on the states of `processed`."""
+        d = processed
         check_is_fitted(self)
         W = given_design(self, d, W)
         return W @ self.params_

@@ -200,11 +200,12 @@ def phi_columns(qd, qdd, taudd_r, coulomb_eps: float, compliance: bool,
     return np.stack(cols, axis=2)
 
 
-def direction(d, qd: np.ndarray, load_eps: float) -> np.ndarray:
+def direction(processed, qd: np.ndarray, load_eps: float) -> np.ndarray:
     """(N, n) smoothed direction of motion tanh(qd / load_eps) of the opposing reducer friction,
-    parallel-filtered like the Coulomb column (:func:`coulomb_column`) when `d` carries the
+    parallel-filtered like the Coulomb column (:func:`coulomb_column`) when `processed` carries the
     filter chain: the reducer friction xi |tau'_r| s is a step at every reversal, like Coulomb
     friction (used through the affine law of :func:`reducer_gain`)."""
+    d = processed
     s = coulomb_column(d, qd.shape[1], load_eps)
     return np.tanh(qd / load_eps) if s is None else s
 

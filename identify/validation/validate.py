@@ -84,7 +84,7 @@ def rigid_regressors(model, q, qd, qdd) -> dict[str, np.ndarray]:
     return {"g": model.regressor(q, zero, zero), "gi": model.regressor(q, zero, qdd)}
 
 
-def decompose(model, fitted, d, regs: dict | None = None,
+def decompose(model, fitted, processed, regs: dict | None = None,
               W: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Decompose a fitted model's predicted motor torque into parts, each (N, n) [N*m].
 
@@ -97,9 +97,10 @@ def decompose(model, fitted, d, regs: dict | None = None,
     link + reducer + motor friction. gravity + inertial + coriolis + rotor_inertia + compliance
     + friction (+ offset / armature if fitted) = the closed-form prediction.
 
-    Args: regs: :func:`rigid_regressors` of `d` (shared between models); W: the models'
-        design_matrix of `d` (saves one regressor evaluation).
+    Args: regs: :func:`rigid_regressors` of `processed` (shared between models); W: the models'
+        design_matrix of `processed` (saves one regressor evaluation).
     """
+    d = processed
     from identify.model.friction import joint_columns
     q, qd, qdd = states(d, model.n)
     if regs is None:
