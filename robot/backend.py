@@ -476,7 +476,10 @@ class HardwareBackend:
             try:
                 stream = assemble_chunks(record_dir, record_dir / "stream.npz")
                 where = record_dir / "stream.npz"
+                if stream.n_samples != n_rows:
+                    raise ValueError(f"{stream.n_samples} rows on disk, {n_rows} recorded")
             except Exception as exc:  # noqa: BLE001 -- the disk failed: say so, keep the rows in memory
+                where = None
                 write_error.append(f"assembling {record_dir / 'stream.npz'}: {type(exc).__name__}: {exc}")
                 t, ch = L.chunk_channels(cyc, self.full.n)
                 stream = Recording(t=t, rate_hz=1.0 / self.dt, joint_names=list(self.full.joint_names),
@@ -495,7 +498,7 @@ class HardwareBackend:
                        run_row0=run_row0, rows_recorded=n_rows,
                        stream_file=None if where is None else str(where))
         if write_error:
-            summary.setdefault("fault", Fault.RECORD_FAILED.value)
+            summary["fault"] = summary.get("fault") or Fault.RECORD_FAILED.value
             summary["message"] = f"{summary.get('message')}; recording failed: {'; '.join(write_error)}"
         if summary.get("emergencies"):
             summary["message"] = (f"{summary.get('message')}; CoE emergencies: "

@@ -37,7 +37,7 @@ from identify.model.robot_model import Limits
 from .drive import cia402
 from .config import load_config
 from .rt import DcAligner, LoopWatch, Ticker, harden
-from .safety import (DEFAULT_POLICY, STEP_VELOCITY_FACTOR, Fault, FaultEvent, FaultMonitor,
+from .safety import (DEFAULT_POLICY, STEP_VELOCITY_FACTOR, Fault, FaultEvent, FaultMonitor, FeedbackCheck,
                      limit_step, step_limit)
 from .stopramp import SafeStop
 from .drive.units import make_units
@@ -378,6 +378,8 @@ class _Motion:
     qd_valid: np.ndarray | None = None
     delivered: np.ndarray | None = None   # the target sent with the last complete frame
     t_fault: float | None = None          # time.monotonic() when the fault was detected [s]
+    q_ref_prev: np.ndarray | None = None
+    feedback: FeedbackCheck | None = None
     gap: bool = False          # a frame was lost since the last valid one: the drives did not get
                                # every command; the stop restarts from the measured state
 
@@ -470,6 +472,8 @@ def _motion(r: _Run, plan_q, plan_tau) -> dict:
     sw, q0, _ = r.decode(r.inp)
     m = _Motion(sw=sw, q_valid=q0.copy(), target=q0.copy(), prev_cw=np.zeros(n, np.int64),
                 mode_ok=not r.has["mode_disp"], active=cia402.is_enabled(sw))
+    m.feedback = FeedbackCheck(r.units.joint_names, spec.limits.qd_max, np.abs(r.units.rad_per_count),
+                               spec.torque_limit, r.dt, cycles=sc.feedback_fault_cycles)
     r.motion = m
     t0, t0_mono = time.perf_counter(), time.monotonic()
     r.ctrl[C_PHASE] = PH_ENABLE
@@ -519,6 +523,11 @@ def _supervise(r: _Run, m: _Motion, monitor, wkc, inp, late, q_meas, qd_meas, q_
     ev = monitor.update(cyc, wkc, exp, sw_new if (run or not reset_ok) else None, err,
                         q_meas, qd_meas, q_ref, late_periods=late, check_following=run,
                         expect_enabled=run, mode=mode if (run and m.last_ok) else None)
+    if ev is None and run and m.last_ok:
+        tau = r.units.motor_torque(inp["torque_actual"]) if r.has["tau_m"] else None
+        step = q_ref - (m.q_ref_prev if m.q_ref_prev is not None else q_ref)
+        ev = m.feedback.update(cyc, q_meas, step, tau, sw_new, enabled=m.active)
+    m.q_ref_prev = np.array(q_ref, float)
     if ev is None:
         ev = _stop_request(r, cyc)
     deficit = 0 < wkc < exp
@@ -618,7 +627,8 @@ def _summary(r: _Run, m: _Motion, monitor) -> dict:
             "late_cycles": int(r.ctrl[C_LATE]), "skipped_grid_points": r.ticker.skipped,
             "enable_cycles": m.enable_cycles, "brake_cycles": st.seq.brake_cycles,
             "realtime": bool(r.rt.get("sched_fifo")), "rt": r.rt,
-            "distributed_clocks": r.aligner is not None, "emergencies": r.emcy}
+            "distributed_clocks": r.aligner is not None, "emergencies": r.emcy,
+            "warnings": m.feedback.warnings}
 
 
 def _al_check(bus, cycle, deficit):

@@ -16,8 +16,10 @@ SW = {"disabled": 0x0250, "ready": 0x0231, "on": 0x0233, "enabled": 0x0637, "fau
 
 
 class FakeBus:
-    """faults: list of dicts {"kind": drive_fault|drop_frames|stop_answering|stall|freeze|sto|quick_stop,
-    "at": enabled-cycle index, "slave": 0-based, "count": frames, "seconds": stall}."""
+    """faults: list of dicts {"kind": drive_fault|drop_frames|stop_answering|stall|freeze|sto|quick_stop|
+    overtorque|warning|jump, "at": enabled-cycle index, "slave": 0-based, "count": frames,
+    "seconds": stall, "permille": torque_actual from then on (overtorque), "rad": encoder jump}.
+    freeze: the encoder reading stops (the axis too); warning: statusword bit 7 from then on."""
 
     def __init__(self, cfg, iface, *, complete_access=False, receive_timeout_us=None,
                  faults=(), q0=None, lag_s=0.004, echo_torque=False, ignore_mode=False,
@@ -40,6 +42,9 @@ class FakeBus:
         self.drop = 0
         self.silent = set()
         self.frozen = set()
+        self.torque_pm = {}
+        self.warn = set()
+        self.jump = {}
         if start_fault is not None:      # (slave, error code): in FAULT before the run
             self.state[start_fault[0]] = "fault"
             self.err[start_fault[0]] = start_fault[1]
@@ -111,6 +116,12 @@ class FakeBus:
                         time.sleep(f["seconds"])
                     elif f["kind"] == "freeze":
                         self.frozen.add(f["slave"])
+                    elif f["kind"] == "overtorque":
+                        self.torque_pm[f["slave"]] = f["permille"]
+                    elif f["kind"] == "warning":
+                        self.warn.add(f["slave"])
+                    elif f["kind"] == "jump":
+                        self.pos[f["slave"]] += f["rad"] / self.units.rad_per_count[f["slave"]]
                     elif f["kind"] in ("sto", "quick_stop"):
                         self.state[f["slave"]] = "disabled" if f["kind"] == "sto" else "quickstop"
             self.k_enabled += 1
@@ -125,11 +136,12 @@ class FakeBus:
             self.prev_cw[k] = cw[k]
             if self.state[k] == "enabled" and k not in self.frozen:
                 self.pos[k] += self.alpha * (tgt[k] - self.pos[k])
-            new[k]["statusword"] = SW[self.state[k]]
+            new[k]["statusword"] = SW[self.state[k]] | (0x80 if k in self.warn else 0)
             new[k]["position_actual"] = int(round(self.pos[k]))
             new[k]["error_code"] = self.err[k]
             new[k]["modes_of_operation_display"] = 0 if self.ignore_mode else out[k]["modes_of_operation"]
-            new[k]["torque_actual"] = out[k]["torque_offset"] if self.echo_torque else 10 * (k + 1)
+            new[k]["torque_actual"] = (self.torque_pm[k] if k in self.torque_pm else
+                                       out[k]["torque_offset"] if self.echo_torque else 10 * (k + 1))
             new[k]["current_actual"] = -5 * (k + 1)
             new[k]["joint_torque"] = 1000 * (k + 1)
         self.inp = new

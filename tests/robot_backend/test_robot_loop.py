@@ -118,7 +118,7 @@ def disable_order(status):
     ({"kind": "drop_frames", "count": 10, "at": 900}, "lost_frames", True),
     ({"kind": "stop_answering", "slave": 3, "at": 900}, "slave_lost", True),
     ({"kind": "stall", "seconds": 0.3, "at": 900}, "stalled_loop", True),
-    ({"kind": "freeze", "slave": 1, "at": 900}, "following_error", False),
+    ({"kind": "freeze", "slave": 1, "at": 900}, "feedback_fault", False),
 ])
 def test_fault_ends_in_safe_stop_with_recording(tmp_path, fault, expect, policy_hold):
     be = backend(tmp_path, faults=[fault])
@@ -265,17 +265,21 @@ def test_position_step_guard_is_below_velocity_limit(tmp_path):
 
 
 def test_stop_ramp_decelerates_at_the_acceleration_limit(tmp_path):
-    """After a following-error fault on joint 1 (frozen drive, policy hold) the other joints'
-    commands come to rest at their acceleration limit (the ramp runs at it: peak within 1 % of
-    qdd_max, never above), the frozen joint's too (its drive is still enabled)."""
+    """A frozen encoder on joint 1 mid-motion is a feedback fault within 20 cycles (named, long
+    before the 50 mrad following error); with policy hold the joints' commands come to rest at
+    their acceleration limit (the ramp runs at it: peak within 1 % of qdd_max, never above)."""
     be = backend(tmp_path, faults=[{"kind": "freeze", "slave": 0, "at": 900}],
-                 fault_policy={"following_error": "hold"})
+                 fault_policy={"feedback_fault": "hold"})
     with pytest.raises(RunStopped) as e:
         be.run(TRAJ)
     err = e.value
-    assert err.fault == "following_error"
+    assert err.fault == "feedback_fault" and "joint joint1" in str(err) and "frozen encoder" in str(err)
     s, rec = err.summary, err.recording
     fc = s["fault_cycle"]
+    # the first row of the frozen reading, from the data: joint 1 unchanged from there on
+    dq = np.abs(np.diff(rec.q[:fc + 1, 0]))
+    frozen_from = int(np.flatnonzero(dq > 0)[-1]) + 1
+    assert 0 < fc - frozen_from <= 20, (fc, frozen_from)
     peak = peak_command_accel(rec.q_cmd, rec.status, DT, fc)
     moving = np.abs(rec.q_cmd[fc, :] - rec.q_cmd[fc - 1, :]) / DT > 0.05
     assert moving.sum() >= 3
@@ -358,3 +362,28 @@ def test_start_pose_checked_against_trajectory_start(tmp_path):
     be = backend(tmp_path, bus_kwargs={"q0": q0})
     with pytest.raises(SafetyRefused, match=r"joint joint4 at 0.8000 rad, start 0.0000 rad"):
         be.run(TRAJ)
+
+
+def test_plausibility_torque_jump_and_warnings(tmp_path):
+    """Actual torque 0x6077 at/beyond the arm's torque limit (what 0x6072 is set to) for 20 cycles
+    stops the run naming joint and values; an encoder jump beyond 3x the velocity limit is a
+    feedback fault at once; a drive warning (statusword bit 7) does not stop the run but is in
+    its records (summary warnings: joint, first cycle, count)."""
+    be = backend(tmp_path)
+    tau_max = be.full.limits.tau_max
+    pm = int(np.ceil(tau_max[3] * 1.1 / 20.0 * 1000))        # joint4: rated 20 N*m
+    be = backend(tmp_path, faults=[{"kind": "overtorque", "slave": 3, "at": 900, "permille": pm}])
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    s = e.value.summary
+    assert e.value.fault == "torque_limit" and "joint joint4 actual torque (0x6077)" in s["message"]
+    assert s["stop_confirmed"]
+    be = backend(tmp_path, faults=[{"kind": "jump", "slave": 4, "at": 900, "rad": 0.05}])
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    assert e.value.fault == "feedback_fault", e.value.summary
+    assert "feedback fault at joint joint5: the encoder jumped 0.0" in e.value.summary["message"], e.value.summary["message"]
+    be = backend(tmp_path, faults=[{"kind": "warning", "slave": 5, "at": 900}])
+    be.run(TRAJ)
+    w = be.last_summary["warnings"]
+    assert list(w) == ["joint6"] and w["joint6"]["cycles"] > 100 and w["joint6"]["statusword"] & 0x80
