@@ -502,7 +502,7 @@ class HardwareBackend:
             summary["message"] = f"{summary.get('message')}; recording failed: {'; '.join(write_error)}"
         if summary.get("emergencies"):
             summary["message"] = (f"{summary.get('message')}; CoE emergencies: "
-                                  + ", ".join(f"{e['joint']} error code {e['error_code']:#06x}"
+                                  + ", ".join(f"{e['joint']} error code {e['error_code']:#06x} ({e.get('meaning', '?')})"
                                               for e in summary["emergencies"]))
         try:
             write_json(record_dir / "summary.json", summary)

@@ -379,6 +379,7 @@ class _Motion:
     delivered: np.ndarray | None = None   # the target sent with the last complete frame
     t_fault: float | None = None          # time.monotonic() when the fault was detected [s]
     q_ref_prev: np.ndarray | None = None
+    emcy_event: FaultEvent | None = None   # an emergency with an error code, read last cycle
     feedback: FeedbackCheck | None = None
     gap: bool = False          # a frame was lost since the last valid one: the drives did not get
                                # every command; the stop restarts from the measured state
@@ -529,7 +530,7 @@ def _supervise(r: _Run, m: _Motion, monitor, wkc, inp, late, q_meas, qd_meas, q_
         ev = m.feedback.update(cyc, q_meas, step, tau, sw_new, enabled=m.active)
     m.q_ref_prev = np.array(q_ref, float)
     if ev is None:
-        ev = _stop_request(r, cyc)
+        ev = _stop_request(r, cyc) or m.emcy_event
     deficit = 0 < wkc < exp
     if ev is None and ((deficit and m.wkc_prev_ok)
                        or (m.last_ok and cyc % r.cfg.bus.al_check_cycles == 0)):
@@ -607,11 +608,22 @@ def _advance(r: _Run, m: _Motion, ev, m_cycles: int, was_run: bool) -> None:
 
 
 def _poll_emergencies(r: _Run, m: _Motion) -> None:
-    """CoE emergencies: one slave's mailbox every al_check_cycles (round robin, all phases)."""
+    """CoE emergencies: one slave's mailbox every al_check_cycles (round robin, all phases);
+    one with an error code while enabling or running stops the run (Fault.EMERGENCY, named with
+    code and meaning, at the next cycle's supervision)."""
     k = r.cfg.bus.al_check_cycles
     if r.has["emcy"] and m.last_ok and (r.row - 1) % k == 5 % k:
         k_mb = ((r.row - 1) // k) % r.n
-        r.emcy += [dict(e, row=r.row - 1) for e in r.bus.read_emergencies(k_mb)]
+        new = [dict(e, row=r.row - 1, meaning=cia402.emcy_meaning(e["error_code"]))
+               for e in r.bus.read_emergencies(k_mb)]
+        r.emcy += new
+        bad = [e for e in new if e["error_code"]]
+        if bad and m.phase in (PH_ENABLE, PH_RUN) and m.emcy_event is None:
+            e = bad[0]
+            m.emcy_event = FaultEvent(Fault.EMERGENCY, r.row - 1,
+                                      f"cycle {r.row - 1}: CoE emergency from joint {e['joint']}: error "
+                                      f"code {e['error_code']:#06x} ({e['meaning']}), error register "
+                                      f"{e['error_register']:#04x}")
 
 
 def _summary(r: _Run, m: _Motion, monitor) -> dict:

@@ -45,6 +45,7 @@ class FakeBus:
         self.torque_pm = {}
         self.warn = set()
         self.jump = {}
+        self.emcy = {}          # slave -> queued CoE emergencies (kind "emcy": code)
         if start_fault is not None:      # (slave, error code): in FAULT before the run
             self.state[start_fault[0]] = "fault"
             self.err[start_fault[0]] = start_fault[1]
@@ -69,7 +70,8 @@ class FakeBus:
         return None
 
     def read_emergencies(self, k):
-        return []
+        out, self.emcy[k] = self.emcy.get(k, []), []
+        return out
 
     def bus_report(self):
         return {"iface": "fake", "slaves": [{"position": k + 1} for k in range(self.n)]}
@@ -116,6 +118,11 @@ class FakeBus:
                         time.sleep(f["seconds"])
                     elif f["kind"] == "freeze":
                         self.frozen.add(f["slave"])
+                    elif f["kind"] == "emcy":
+                        self.emcy.setdefault(f["slave"], []).append(
+                            {"slave": f["slave"] + 1, "joint": self.cfg.drives[f["slave"]].joint,
+                             "error_code": f["code"], "error_register": 0x08, "data": [0, 0, 0],
+                             "k_enabled": self.k_enabled})
                     elif f["kind"] == "overtorque":
                         self.torque_pm[f["slave"]] = f["permille"]
                     elif f["kind"] == "warning":

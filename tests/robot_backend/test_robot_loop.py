@@ -387,3 +387,19 @@ def test_plausibility_torque_jump_and_warnings(tmp_path):
     be.run(TRAJ)
     w = be.last_summary["warnings"]
     assert list(w) == ["joint6"] and w["joint6"]["cycles"] > 100 and w["joint6"]["statusword"] & 0x80
+
+
+def test_emergency_with_error_code_stops_the_run(tmp_path):
+    """A CoE emergency with an error code (drive still enabled: a temperature warning class
+    code) stops the run, naming joint, code and meaning, within one round of the mailbox reads
+    (6 slaves x al_check_cycles = 60 cycles, + 2) of its arrival."""
+    be = backend(tmp_path, faults=[{"kind": "emcy", "slave": 3, "at": 900, "code": 0x4310}])
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    s = e.value.summary
+    assert e.value.fault == "emergency", s
+    assert "CoE emergency from joint joint4: error code 0x4310 (drive temperature too high)" in s["message"]
+    (em,) = s["emergencies"]
+    arrived = s["run_row0"] + em["k_enabled"] - s["enable_cycles"]       # row of the injection
+    assert 0 <= s["fault_cycle"] - arrived <= 6 * 10 + 2, (s["fault_cycle"], arrived)
+    assert s["stop_confirmed"]
