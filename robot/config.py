@@ -80,6 +80,7 @@ class DriveConfig:
     rated_current_A: float
     joint_torque_scale_Nm: float
     position_encoder: str = "link"
+    serial_number: int | None = None     # 0x1018:4 expected at this bus position (None: not checked)
 
     @property
     def counts_per_link_rev(self) -> float:
@@ -252,7 +253,8 @@ def _parse_drives(dl, where: str, num) -> list[DriveConfig]:
             rated_torque_Nm=num(d, "rated_torque_Nm", ctx, positive=True),
             rated_current_A=num(d, "rated_current_A", ctx, positive=True),
             joint_torque_scale_Nm=num(d, "joint_torque_scale_Nm", ctx, positive=True),
-            position_encoder=enc))
+            position_encoder=enc,
+            serial_number=num(d, "serial_number", ctx, int) if "serial_number" in d else None))
     return drives
 
 

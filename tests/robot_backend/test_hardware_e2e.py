@@ -186,6 +186,32 @@ def test_identity_mismatch_refused(veth, emulator):
     assert all(s["al_state"] != "OP" for s in proc.status()["slaves"])
 
 
+def test_swapped_identical_drives_refused(veth, emulator):
+    """Serial numbers 0x1018:4 configured per position (the emulated drive k has serial k + 1):
+    the right chain comes up; two identical drives with swapped cables (the emulator swaps the
+    serials of positions 2 and 3) are refused naming both positions."""
+    import yaml
+    from robot.bus import EthercatBus, IdentityError
+    from robot.config import parse_config
+    raw = yaml.safe_load(CONFIG.read_text())
+    for k, d in enumerate(raw["drives"]):
+        d["serial_number"] = k + 1
+    cfg = parse_config(raw, str(CONFIG))
+    proc = emulator()
+    bus = EthercatBus(cfg, veth[0])
+    bus.open()
+    bus.close()
+    proc.inject("swap_serials", slaves=[1, 2])
+    bus = EthercatBus(cfg, veth[0])
+    with pytest.raises(IdentityError) as e:
+        bus.open()
+    msg = str(e.value)
+    assert ("slave 2 (joint2): serial number 0x1018:4 reads 3, configured 2; serial 3 is "
+            "configured for slave 3 (joint3) (swapped cables?)") in msg, msg
+    assert "slave 3 (joint3): serial number 0x1018:4 reads 2, configured 3" in msg, msg
+    assert all(s["drive_state"] != "operation enabled" for s in proc.status()["slaves"])
+
+
 def test_backend_refuses_wrong_identity_before_moving(veth, emulator, tmp_path):
     from robot.backend import BusRefused
     proc = emulator()
