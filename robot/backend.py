@@ -354,7 +354,8 @@ class HardwareBackend:
         io.child.close()
         msg = _recv(parent, proc, s.bringup_timeout_s, "bring-up", interrupted=lambda: guard.received)
         if msg is None:                            # signalled while SOEM brings the bus up
-            proc.terminate()                       # nothing is enabled before "go"
+            proc.kill()                            # nothing is enabled before "go"
+            proc.join(1.0)
             guard.raise_if_received("nothing was moved (bus bring-up interrupted)", moved=False)
         if msg[0] == "error":
             raise _bus_error(msg)

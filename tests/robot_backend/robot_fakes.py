@@ -23,7 +23,8 @@ class FakeBus:
 
     def __init__(self, cfg, iface, *, complete_access=False, receive_timeout_us=None,
                  faults=(), q0=None, lag_s=0.004, echo_torque=False, ignore_mode=False,
-                 start_fault=None, reaction_sdos=None):
+                 start_fault=None, reaction_sdos=None, open_delay_s=0.0):
+        self.open_delay_s = open_delay_s     # a slow bring-up (SOEM's config_init, SDOs)
         self.reaction_sdos = reaction_sdos   # what the real bus would write at bring-up
         self.cfg, self.layout = cfg, PdoLayout.from_config(cfg)
         self.n = cfg.n_drives
@@ -52,7 +53,7 @@ class FakeBus:
         self.inp = self.layout.decode(self.layout.encode_inputs(np.zeros(self.n, self.layout.tx)))
 
     def open(self):
-        pass
+        time.sleep(self.open_delay_s)
 
     def close(self):
         pass

@@ -403,3 +403,55 @@ def test_emergency_with_error_code_stops_the_run(tmp_path):
     arrived = s["run_row0"] + em["k_enabled"] - s["enable_cycles"]       # row of the injection
     assert 0 <= s["fault_cycle"] - arrived <= 6 * 10 + 2, (s["fault_cycle"], arrived)
     assert s["stop_confirmed"]
+
+
+_BRINGUP_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from robot.backend import HardwareBackend
+from robot.runfiles import StopSignal
+from test_robot_loop import TRAJ
+if __name__ == "__main__":
+    be = HardwareBackend({{}}, {{"iface": "fake0", "armed": True, "record_dir": {rec!r}}},
+                         bus_factory="robot_fakes:FakeBus", bus_kwargs={{"open_delay_s": 30.0}})
+    print("running", flush=True)
+    try:
+        be.run(TRAJ)
+    except StopSignal:
+        sys.exit(143)
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("sig, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_signal_during_bus_bringup_exits_within_a_second(tmp_path, sig, code):
+    """A signal while the bus comes up (here a 30 s bring-up) ends the command within 1 s with
+    130 / 143, before anything was enabled, and leaves no loop process behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "run.py"
+    script.write_text(_BRINGUP_SCRIPT.format(tests=str(Path(__file__).resolve().parent),
+                                             rec=str(tmp_path / "rec")))
+    root = str(Path(__file__).resolve().parents[2])
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=root + os.pathsep + str(Path(__file__).parent)))
+    assert child.stdout.readline().strip() == "running"
+    time.sleep(2.0)                                  # the loop process is in its bring-up
+    kids = subprocess.run(["pgrep", "-P", str(child.pid)], capture_output=True, text=True).stdout.split()
+    assert kids                                      # the spawned loop process (+ resource tracker)
+    t0 = time.monotonic()
+    child.send_signal(getattr(signal, sig))
+    out, err = child.communicate(timeout=20)
+    dt = time.monotonic() - t0
+    assert child.returncode == code, err[-2000:]
+    assert dt < 1.0, dt
+    assert "the drives were never enabled" in err and "bring-up interrupted" in err
+    time.sleep(0.5)                                  # the resource tracker leaves after its parent
+    alive = [k for k in kids if Path(f"/proc/{k}").exists()
+             and Path(f"/proc/{k}/stat").read_text().split()[2] != "Z"]
+    assert not alive, alive
