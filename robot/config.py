@@ -446,7 +446,10 @@ class HardwareSettings:
     this long. bringup_timeout_s: time allowed to reach OP. dwell_s: rest before/after the
     trajectory. realtime: run the
     loop process SCHED_FIFO when permitted (a loud warning when not granted). fault_policy:
-    {fault name: "hold" | "disable"} overrides of robot.safety.DEFAULT_POLICY.
+    {fault name: "hold" | "disable"} overrides of robot.safety.DEFAULT_POLICY. last_pose_file: a
+    JSON file where every run leaves the pose measured at its end; the next run refuses a pose
+    read at bring-up farther than last_pose_tolerance_rad [rad] from it on any joint (an absolute
+    / multi-turn encoder that lost its offset), None: not checked.
 
     The interlock is part of the settings: :meth:`refusal` tells at load time whether a run would
     be refused (not armed and not a dry run), :attr:`may_enable` whether it would enable drives.
@@ -468,6 +471,8 @@ class HardwareSettings:
     dwell_s: float = 0.5
     realtime: bool = True
     fault_policy: dict = field(default_factory=dict)
+    last_pose_file: str | None = None      # JSON of the pose measured at the end of the last run
+    last_pose_tolerance_rad: float = 0.05  # bring-up pose vs that pose, per joint
 
     @staticmethod
     def from_settings(settings: dict | None) -> "HardwareSettings":
@@ -481,14 +486,14 @@ class HardwareSettings:
         kw = {}
         for k, v in settings.items():
             if v is None:
-                kw[k] = None if k in ("iface", "config", "record_dir", "record_rate_hz",
+                kw[k] = None if k in ("iface", "config", "record_dir", "record_rate_hz", "last_pose_file",
                                       "receive_timeout_us") else known[k].default
                 continue
             if k in ("armed", "dry_run", "torque_feedforward", "complete_access",
                      "realtime"):
                 if not isinstance(v, bool):
                     raise ValueError(f"hardware setting {k} must be true or false, got {v!r}")
-            elif k in ("iface", "config", "record_dir"):
+            elif k in ("iface", "config", "record_dir", "last_pose_file"):
                 v = str(v)
             elif k == "fault_policy":
                 if not isinstance(v, dict):

@@ -455,3 +455,28 @@ def test_signal_during_bus_bringup_exits_within_a_second(tmp_path, sig, code):
     alive = [k for k in kids if Path(f"/proc/{k}").exists()
              and Path(f"/proc/{k}/stat").read_text().split()[2] != "Z"]
     assert not alive, alive
+
+
+def test_absolute_pose_checked_at_bringup(tmp_path):
+    """A run leaves the pose measured at its end in last_pose_file; the next run refuses a pose
+    read at bring-up farther than last_pose_tolerance_rad from it (nothing moves), and a pose
+    outside a joint's range is refused whatever the file says."""
+    import json
+    f = tmp_path / "last_pose.json"
+    be = backend(tmp_path, last_pose_file=str(f))
+    rec = be.run(TRAJ)
+    last = json.loads(f.read_text())
+    assert last["joint_names"] == rec.joint_names
+    q_end = TRAJ.evaluate(np.array([TRAJ.duration]))[0][0]
+    np.testing.assert_allclose(last["q"], q_end, atol=2e-3)        # the plan's end (after the dwell)
+    be.run(TRAJ)                                                   # same pose: accepted
+    q0 = np.array(last["q"]) + np.array([0, 0, 0.1, 0, 0, 0])     # joint3 moved while off
+    be = backend(tmp_path, last_pose_file=str(f), bus_kwargs={"q0": q0})
+    with pytest.raises(SafetyError, match=r"joint joint3 reads .* the last run ended at .*"
+                                          r"last_pose_tolerance_rad 0.05"):
+        be.run(TRAJ)
+    q_out = np.zeros(6)
+    q_out[2] = -3.2                                                # beyond joint3's +-2.967 rad
+    be = backend(tmp_path, bus_kwargs={"q0": q_out})
+    with pytest.raises(SafetyError, match=r"absolute encoder of joint joint3 reads -3.2000 rad"):
+        be.run(TRAJ)
