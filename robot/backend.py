@@ -292,6 +292,7 @@ class HardwareBackend:
             raise
         finally:
             cyc, n_rows, run_row0 = io.close(proc, self)
+            self._save_last_pose(cyc)
             if n_rows == 0 and not any(record_dir.iterdir()):
                 record_dir.rmdir()                 # nothing recorded: leave no empty folder
             elif sys.exc_info()[0] is not None:    # leaving on an exception: the records anyway
@@ -356,7 +357,8 @@ class HardwareBackend:
         io.child.close()
         msg = _recv(parent, proc, s.bringup_timeout_s, "bring-up", interrupted=lambda: guard.received)
         if msg is None:                            # signalled while SOEM brings the bus up
-            proc.terminate()                       # nothing is enabled before "go"
+            proc.kill()                            # nothing is enabled before "go"
+            proc.join(1.0)
             guard.raise_if_received("nothing was moved (bus bring-up interrupted)", moved=False)
         if msg[0] == "error":
             raise _bus_error(msg)
@@ -416,6 +418,7 @@ class HardwareBackend:
             raise SafetyRefused(f"drive(s) in FAULT before enabling: {txt}; not reset because "
                                 f"safety.fault_reset is '{sc.fault_reset}' (clear the cause, or set "
                                 f"fault_reset: on_start)")
+        self._check_absolute_pose(q_now)
         q0 = np.asarray(traj_full.evaluate(np.zeros(1))[0], float)[0]
         d = np.abs(q_now - q0)
         if np.any(d > sc.start_pose_tolerance_rad):
@@ -424,6 +427,45 @@ class HardwareBackend:
                                 f"joint {self.full.joint_names[j]} at {q_now[j]:.4f} rad, start "
                                 f"{q0[j]:.4f} rad (|diff| {d[j]:.4f} > safety.start_pose_tolerance_rad "
                                 f"{sc.start_pose_tolerance_rad})")
+
+    def _check_absolute_pose(self, q_now) -> None:
+        """The absolute encoders' pose at bring-up: inside every joint's range, and near the pose
+        the last run ended at (settings.last_pose_file, when given and present)."""
+        lim, names = self.full.limits, list(self.full.joint_names)
+        out = (q_now < lim.q_min) | (q_now > lim.q_max)
+        if out.any():
+            j = int(np.argmax(out))
+            raise SafetyRefused(f"the absolute encoder of joint {names[j]} reads {q_now[j]:.4f} rad at "
+                                f"bring-up, outside its range [{lim.q_min[j]:.4f}, {lim.q_max[j]:.4f}] "
+                                f"(encoder offset or multi-turn count lost?); nothing was moved")
+        f = self.settings.last_pose_file
+        if not f or not Path(f).exists():
+            return
+        import json
+        try:
+            last = json.loads(Path(f).read_text())
+            q_last = np.array([dict(zip(last["joint_names"], last["q"]))[j] for j in names], float)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SafetyRefused(f"{f}: unreadable last pose ({type(exc).__name__}: {exc}); check the "
+                                f"arm and remove the file") from None
+        d = np.abs(q_now - q_last)
+        tol = self.settings.last_pose_tolerance_rad
+        if np.any(d > tol):
+            j = int(np.argmax(d))
+            raise SafetyRefused(f"joint {names[j]} reads {q_now[j]:.4f} rad at bring-up, the last run "
+                                f"ended at {q_last[j]:.4f} rad ({f}): |diff| {d[j]:.4f} > "
+                                f"last_pose_tolerance_rad {tol} (moved while off, or the absolute "
+                                f"encoder lost its offset?); nothing was moved")
+
+    def _save_last_pose(self, cyc) -> None:
+        """The pose measured in the last row with a complete frame -> settings.last_pose_file."""
+        f = self.settings.last_pose_file
+        if not f or not len(cyc):
+            return
+        cols = L.column_slices(self.full.n)
+        ok = np.flatnonzero(cyc[:, cols["wkc"]] > 0)
+        if ok.size:
+            write_json(f, {"joint_names": list(self.full.joint_names), "q": cyc[ok[-1], cols["q"]]})
 
     def _supervise(self, parent, proc, ctrl, flush, plan, progress):
         """Stream rows and watch the loop's heartbeat until it reports; returns (summary, error)."""
@@ -478,7 +520,10 @@ class HardwareBackend:
             try:
                 stream = assemble_chunks(record_dir, record_dir / "stream.npz")
                 where = record_dir / "stream.npz"
+                if stream.n_samples != n_rows:
+                    raise ValueError(f"{stream.n_samples} rows on disk, {n_rows} recorded")
             except Exception as exc:  # noqa: BLE001 -- the disk failed: say so, keep the rows in memory
+                where = None
                 write_error.append(f"assembling {record_dir / 'stream.npz'}: {type(exc).__name__}: {exc}")
                 t, ch = L.chunk_channels(cyc, self.full.n)
                 stream = Recording(t=t, rate_hz=1.0 / self.dt, joint_names=list(self.full.joint_names),
@@ -497,11 +542,11 @@ class HardwareBackend:
                        run_row0=run_row0, rows_recorded=n_rows,
                        stream_file=None if where is None else str(where))
         if write_error:
-            summary.setdefault("fault", Fault.RECORD_FAILED.value)
+            summary["fault"] = summary.get("fault") or Fault.RECORD_FAILED.value
             summary["message"] = f"{summary.get('message')}; recording failed: {'; '.join(write_error)}"
         if summary.get("emergencies"):
             summary["message"] = (f"{summary.get('message')}; CoE emergencies: "
-                                  + ", ".join(f"{e['joint']} error code {e['error_code']:#06x}"
+                                  + ", ".join(f"{e['joint']} error code {e['error_code']:#06x} ({e.get('meaning', '?')})"
                                               for e in summary["emergencies"]))
         try:
             write_json(record_dir / "summary.json", summary)

@@ -255,9 +255,35 @@ class EthercatBus:
                 bad.append(f"{self._slave_label(k)} '{s.name}': vendor {got[0]:#010x} product "
                            f"{got[1]:#010x} revision {got[2]:#010x}, expected vendor {want[0]:#010x} "
                            f"product {want[1]:#010x} revision {want[2]:#010x}")
+        if not bad:
+            bad = self._check_serials()
         if bad:
             raise IdentityError(f"{self.iface}: identity mismatch (configuration {self.cfg.path}): "
                                 + "; ".join(bad))
+
+    def _check_serials(self) -> list[str]:
+        """Serial numbers 0x1018:4 (read by SDO in PREOP) against ``drives[k].serial_number``
+        where configured: identical drives with swapped cables are refused naming both
+        positions. Returns the mismatch texts."""
+        want = [d.serial_number for d in self.cfg.drives]
+        if all(w is None for w in want):
+            return []
+        got = []
+        for k, s in enumerate(self.master.slaves):
+            try:
+                got.append(struct.unpack("<I", bytes(retry_sdo(s.sdo_read, 0x1018, 4))[:4])[0])
+            except Exception as exc:  # noqa: BLE001
+                return [f"{self._slave_label(k)}: " + sdo_error_text("read", 0x1018, 4, exc)]
+        bad = []
+        for k, (w, g) in enumerate(zip(want, got)):
+            if w is None or w == g:
+                continue
+            other = [j for j, wj in enumerate(want) if wj == g and j != k]
+            where = (f"; serial {g} is configured for {self._slave_label(other[0])} (swapped "
+                     f"cables?)" if other else "")
+            bad.append(f"{self._slave_label(k)}: serial number 0x1018:4 reads {g}, configured "
+                       f"{w}{where}")
+        return bad
 
     def _make_hook(self, k: int):
         d = self.cfg.drives[k]

@@ -80,6 +80,7 @@ class DriveConfig:
     rated_current_A: float
     joint_torque_scale_Nm: float
     position_encoder: str = "link"
+    serial_number: int | None = None     # 0x1018:4 expected at this bus position (None: not checked)
 
     @property
     def counts_per_link_rev(self) -> float:
@@ -222,6 +223,115 @@ def load_config(path: str | Path | None = None) -> EthercatConfig:
     return parse_config(raw, str(path))
 
 
+def _parse_drives(dl, where: str, num) -> list[DriveConfig]:
+    """The ``drives:`` list (`num`: parse_config's validating number reader)."""
+    if not isinstance(dl, list) or not dl:
+        raise ConfigError(f"{where}: 'drives' must be a non-empty list (one entry per joint)")
+    drives, seen = [], set()
+    for k, d in enumerate(dl):
+        ctx = f"drives[{k}]"
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where}: {ctx} must be a mapping")
+        joint = d.get("joint")
+        if not isinstance(joint, str) or not joint:
+            raise ConfigError(f"{where}: {ctx}.joint must be a joint name")
+        if joint in seen:
+            raise ConfigError(f"{where}: {ctx}.joint={joint!r} appears twice")
+        seen.add(joint)
+        ctx = f"{ctx} ({joint})"
+        sign = num(d, "sign", ctx, int, default=1)
+        if sign not in (1, -1):
+            raise ConfigError(f"{where}: {ctx}.sign must be +1 or -1, got {sign}")
+        enc = d.get("position_encoder", "link")
+        if enc not in ("link", "motor"):
+            raise ConfigError(f"{where}: {ctx}.position_encoder must be 'link' or 'motor', got {enc!r}")
+        drives.append(DriveConfig(
+            joint=joint, sign=sign,
+            encoder_counts_per_rev=num(d, "encoder_counts_per_rev", ctx, int, True),
+            gear_ratio=num(d, "gear_ratio", ctx, positive=True),
+            torque_constant_Nm_A=num(d, "torque_constant_Nm_A", ctx, positive=True),
+            rated_torque_Nm=num(d, "rated_torque_Nm", ctx, positive=True),
+            rated_current_A=num(d, "rated_current_A", ctx, positive=True),
+            joint_torque_scale_Nm=num(d, "joint_torque_scale_Nm", ctx, positive=True),
+            position_encoder=enc,
+            serial_number=num(d, "serial_number", ctx, int) if "serial_number" in d else None))
+    return drives
+
+
+def _parse_bus(b: dict, where: str, num) -> BusConfig:
+    """The ``bus:`` section (`num`: parse_config's validating number reader)."""
+    bd = BusConfig()
+    dcv = b.get("distributed_clocks", bd.distributed_clocks)
+    if dcv not in (True, False, "auto"):
+        raise ConfigError(f"{where}: bus.distributed_clocks must be auto, true or false, got {dcv!r}")
+    bus = BusConfig(
+        cycle_time_s=num(b, "cycle_time_s", "bus", positive=True, default=bd.cycle_time_s),
+        distributed_clocks=dcv,
+        sync0_shift_s=num(b, "sync0_shift_s", "bus", default=bd.sync0_shift_s),
+        dc_frame_offset_s=num(b, "dc_frame_offset_s", "bus", default=bd.dc_frame_offset_s),
+        watchdog_s=num(b, "watchdog_s", "bus", positive=True, default=bd.watchdog_s),
+        receive_timeout_frac=num(b, "receive_timeout_frac", "bus", positive=True,
+                                 default=bd.receive_timeout_frac),
+        al_check_cycles=num(b, "al_check_cycles", "bus", int, True, default=bd.al_check_cycles),
+        wkc_error_budget=num(b, "wkc_error_budget", "bus", int, default=bd.wkc_error_budget),
+        lost_frame_budget=num(b, "lost_frame_budget", "bus", int, default=bd.lost_frame_budget),
+        lost_frame_window=num(b, "lost_frame_window", "bus", int, True, default=bd.lost_frame_window))
+    if not 1e-4 <= bus.cycle_time_s <= 0.1:
+        raise ConfigError(f"{where}: bus.cycle_time_s={bus.cycle_time_s} outside [1e-4, 0.1] s")
+    if not bus.receive_timeout_frac < 1:
+        raise ConfigError(f"{where}: bus.receive_timeout_frac={bus.receive_timeout_frac} must be < 1 "
+                          f"(a lost frame may cost at most one cycle)")
+    if not 0 <= bus.sync0_shift_s < bus.cycle_time_s or not 0 <= bus.dc_frame_offset_s < bus.cycle_time_s:
+        raise ConfigError(f"{where}: bus.sync0_shift_s / dc_frame_offset_s must be in [0, cycle_time_s)")
+    if not 2 * bus.cycle_time_s <= bus.watchdog_s <= 6.5:
+        raise ConfigError(f"{where}: bus.watchdog_s={bus.watchdog_s} outside [2 cycles, 6.5 s]")
+    return bus
+
+
+def _parse_safety(s: dict, where: str, num) -> SafetyConfig:
+    """The ``safety:`` section (`num`: parse_config's validating number reader)."""
+    sd = SafetyConfig()
+    safety = SafetyConfig(
+        following_error_max_rad=num(s, "following_error_max_rad", "safety", positive=True,
+                                    default=sd.following_error_max_rad),
+        position_step_max_rad=num(s, "position_step_max_rad", "safety", positive=True,
+                                  default=sd.position_step_max_rad),
+        hold_cycles=num(s, "hold_cycles", "safety", int, default=sd.hold_cycles),
+        stall_cycles=num(s, "stall_cycles", "safety", int, True, default=sd.stall_cycles),
+        confirm_cycles=num(s, "confirm_cycles", "safety", int, True, default=sd.confirm_cycles),
+        approach_speed_frac=num(s, "approach_speed_frac", "safety", positive=True,
+                                default=sd.approach_speed_frac),
+        torque_margin_frac=num(s, "torque_margin_frac", "safety", default=sd.torque_margin_frac),
+        torque_margin_coulomb=num(s, "torque_margin_coulomb", "safety",
+                                  default=sd.torque_margin_coulomb),
+        fault_reset=s.get("fault_reset", sd.fault_reset),
+        brake_delay_s=num(s, "brake_delay_s", "safety", default=sd.brake_delay_s),
+        start_pose_tolerance_rad=num(s, "start_pose_tolerance_rad", "safety", positive=True,
+                                     default=sd.start_pose_tolerance_rad),
+        following_error_timeout_s=num(s, "following_error_timeout_s", "safety", positive=True,
+                                      default=sd.following_error_timeout_s),
+        stop_jerk_max_rad_s3=num(s, "stop_jerk_max_rad_s3", "safety", default=sd.stop_jerk_max_rad_s3),
+        standstill_rad_s=num(s, "standstill_rad_s", "safety", positive=True,
+                             default=sd.standstill_rad_s),
+        settle_cycles=num(s, "settle_cycles", "safety", int, default=sd.settle_cycles),
+        feedback_fault_cycles=num(s, "feedback_fault_cycles", "safety", int, True,
+                                  default=sd.feedback_fault_cycles),
+        **{k: num(s, k, "safety", int, default=getattr(sd, k)) for k in _REACTION_CODES})
+    for k, allowed in _REACTION_CODES.items():
+        if getattr(safety, k) not in allowed:
+            raise ConfigError(f"{where}: safety.{k}={getattr(safety, k)} is not a stop reaction "
+                              f"that ends at rest; allowed: {sorted(allowed)}")
+    if safety.fault_reset not in ("never", "on_start"):
+        raise ConfigError(f"{where}: safety.fault_reset must be 'never' or 'on_start', got "
+                          f"{safety.fault_reset!r}")
+    if not 0 <= safety.brake_delay_s <= 5:
+        raise ConfigError(f"{where}: safety.brake_delay_s={safety.brake_delay_s} outside [0, 5] s")
+    for key in ("torque_margin_frac", "torque_margin_coulomb", "stop_jerk_max_rad_s3", "settle_cycles"):
+        if getattr(safety, key) < 0:
+            raise ConfigError(f"{where}: safety.{key} must be >= 0, got {getattr(safety, key)!r}")
+    return safety
+
+
 def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
     """Validate an already-parsed configuration mapping (`where` names it in errors)."""
     if not isinstance(raw, dict):
@@ -249,32 +359,7 @@ def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
             raise ConfigError(f"{where}: {ctx}.{key} must be > 0, got {v!r}")
         return kind(v)
 
-    b = raw.get("bus", {}) or {}
-    bd = BusConfig()
-    dcv = b.get("distributed_clocks", bd.distributed_clocks)
-    if dcv not in (True, False, "auto"):
-        raise ConfigError(f"{where}: bus.distributed_clocks must be auto, true or false, got {dcv!r}")
-    bus = BusConfig(
-        cycle_time_s=num(b, "cycle_time_s", "bus", positive=True, default=bd.cycle_time_s),
-        distributed_clocks=dcv,
-        sync0_shift_s=num(b, "sync0_shift_s", "bus", default=bd.sync0_shift_s),
-        dc_frame_offset_s=num(b, "dc_frame_offset_s", "bus", default=bd.dc_frame_offset_s),
-        watchdog_s=num(b, "watchdog_s", "bus", positive=True, default=bd.watchdog_s),
-        receive_timeout_frac=num(b, "receive_timeout_frac", "bus", positive=True,
-                                 default=bd.receive_timeout_frac),
-        al_check_cycles=num(b, "al_check_cycles", "bus", int, True, default=bd.al_check_cycles),
-        wkc_error_budget=num(b, "wkc_error_budget", "bus", int, default=bd.wkc_error_budget),
-        lost_frame_budget=num(b, "lost_frame_budget", "bus", int, default=bd.lost_frame_budget),
-        lost_frame_window=num(b, "lost_frame_window", "bus", int, True, default=bd.lost_frame_window))
-    if not 1e-4 <= bus.cycle_time_s <= 0.1:
-        raise ConfigError(f"{where}: bus.cycle_time_s={bus.cycle_time_s} outside [1e-4, 0.1] s")
-    if not bus.receive_timeout_frac < 1:
-        raise ConfigError(f"{where}: bus.receive_timeout_frac={bus.receive_timeout_frac} must be < 1 "
-                          f"(a lost frame may cost at most one cycle)")
-    if not 0 <= bus.sync0_shift_s < bus.cycle_time_s or not 0 <= bus.dc_frame_offset_s < bus.cycle_time_s:
-        raise ConfigError(f"{where}: bus.sync0_shift_s / dc_frame_offset_s must be in [0, cycle_time_s)")
-    if not 2 * bus.cycle_time_s <= bus.watchdog_s <= 6.5:
-        raise ConfigError(f"{where}: bus.watchdog_s={bus.watchdog_s} outside [2 cycles, 6.5 s]")
+    bus = _parse_bus(raw.get("bus", {}) or {}, where, num)
 
     ident = sect("identity")
     vendor = num(ident, "vendor_id", "identity", int)
@@ -331,77 +416,9 @@ def parse_config(raw: dict, where: str = "<dict>") -> EthercatConfig:
         sdos.append(StartupSdo(num(s, "index", ctx, int), num(s, "sub", ctx, int, default=0), s["type"], v,
                                opt))
 
-    dl = raw.get("drives")
-    if not isinstance(dl, list) or not dl:
-        raise ConfigError(f"{where}: 'drives' must be a non-empty list (one entry per joint)")
-    drives, seen = [], set()
-    for k, d in enumerate(dl):
-        ctx = f"drives[{k}]"
-        if not isinstance(d, dict):
-            raise ConfigError(f"{where}: {ctx} must be a mapping")
-        joint = d.get("joint")
-        if not isinstance(joint, str) or not joint:
-            raise ConfigError(f"{where}: {ctx}.joint must be a joint name")
-        if joint in seen:
-            raise ConfigError(f"{where}: {ctx}.joint={joint!r} appears twice")
-        seen.add(joint)
-        ctx = f"{ctx} ({joint})"
-        sign = num(d, "sign", ctx, int, default=1)
-        if sign not in (1, -1):
-            raise ConfigError(f"{where}: {ctx}.sign must be +1 or -1, got {sign}")
-        enc = d.get("position_encoder", "link")
-        if enc not in ("link", "motor"):
-            raise ConfigError(f"{where}: {ctx}.position_encoder must be 'link' or 'motor', got {enc!r}")
-        drives.append(DriveConfig(
-            joint=joint, sign=sign,
-            encoder_counts_per_rev=num(d, "encoder_counts_per_rev", ctx, int, True),
-            gear_ratio=num(d, "gear_ratio", ctx, positive=True),
-            torque_constant_Nm_A=num(d, "torque_constant_Nm_A", ctx, positive=True),
-            rated_torque_Nm=num(d, "rated_torque_Nm", ctx, positive=True),
-            rated_current_A=num(d, "rated_current_A", ctx, positive=True),
-            joint_torque_scale_Nm=num(d, "joint_torque_scale_Nm", ctx, positive=True),
-            position_encoder=enc))
+    drives = _parse_drives(raw.get("drives"), where, num)
 
-    s = raw.get("safety", {}) or {}
-    sd = SafetyConfig()
-    safety = SafetyConfig(
-        following_error_max_rad=num(s, "following_error_max_rad", "safety", positive=True,
-                                    default=sd.following_error_max_rad),
-        position_step_max_rad=num(s, "position_step_max_rad", "safety", positive=True,
-                                  default=sd.position_step_max_rad),
-        hold_cycles=num(s, "hold_cycles", "safety", int, default=sd.hold_cycles),
-        stall_cycles=num(s, "stall_cycles", "safety", int, True, default=sd.stall_cycles),
-        confirm_cycles=num(s, "confirm_cycles", "safety", int, True, default=sd.confirm_cycles),
-        approach_speed_frac=num(s, "approach_speed_frac", "safety", positive=True,
-                                default=sd.approach_speed_frac),
-        torque_margin_frac=num(s, "torque_margin_frac", "safety", default=sd.torque_margin_frac),
-        torque_margin_coulomb=num(s, "torque_margin_coulomb", "safety",
-                                  default=sd.torque_margin_coulomb),
-        fault_reset=s.get("fault_reset", sd.fault_reset),
-        brake_delay_s=num(s, "brake_delay_s", "safety", default=sd.brake_delay_s),
-        start_pose_tolerance_rad=num(s, "start_pose_tolerance_rad", "safety", positive=True,
-                                     default=sd.start_pose_tolerance_rad),
-        following_error_timeout_s=num(s, "following_error_timeout_s", "safety", positive=True,
-                                      default=sd.following_error_timeout_s),
-        stop_jerk_max_rad_s3=num(s, "stop_jerk_max_rad_s3", "safety", default=sd.stop_jerk_max_rad_s3),
-        standstill_rad_s=num(s, "standstill_rad_s", "safety", positive=True,
-                             default=sd.standstill_rad_s),
-        settle_cycles=num(s, "settle_cycles", "safety", int, default=sd.settle_cycles),
-        feedback_fault_cycles=num(s, "feedback_fault_cycles", "safety", int, True,
-                                  default=sd.feedback_fault_cycles),
-        **{k: num(s, k, "safety", int, default=getattr(sd, k)) for k in _REACTION_CODES})
-    for k, allowed in _REACTION_CODES.items():
-        if getattr(safety, k) not in allowed:
-            raise ConfigError(f"{where}: safety.{k}={getattr(safety, k)} is not a stop reaction "
-                              f"that ends at rest; allowed: {sorted(allowed)}")
-    if safety.fault_reset not in ("never", "on_start"):
-        raise ConfigError(f"{where}: safety.fault_reset must be 'never' or 'on_start', got "
-                          f"{safety.fault_reset!r}")
-    if not 0 <= safety.brake_delay_s <= 5:
-        raise ConfigError(f"{where}: safety.brake_delay_s={safety.brake_delay_s} outside [0, 5] s")
-    for key in ("torque_margin_frac", "torque_margin_coulomb", "stop_jerk_max_rad_s3", "settle_cycles"):
-        if getattr(safety, key) < 0:
-            raise ConfigError(f"{where}: safety.{key} must be >= 0, got {getattr(safety, key)!r}")
+    safety = _parse_safety(raw.get("safety", {}) or {}, where, num)
 
     return EthercatConfig(path=where, bus=bus, vendor_id=vendor, product_code=product,
                           revision=revision, rx_pdo=num(pdo, "rx", "pdo", int),
@@ -429,7 +446,10 @@ class HardwareSettings:
     this long. bringup_timeout_s: time allowed to reach OP. dwell_s: rest before/after the
     trajectory. realtime: run the
     loop process SCHED_FIFO when permitted (a loud warning when not granted). fault_policy:
-    {fault name: "hold" | "disable"} overrides of robot.safety.DEFAULT_POLICY.
+    {fault name: "hold" | "disable"} overrides of robot.safety.DEFAULT_POLICY. last_pose_file: a
+    JSON file where every run leaves the pose measured at its end; the next run refuses a pose
+    read at bring-up farther than last_pose_tolerance_rad [rad] from it on any joint (an absolute
+    / multi-turn encoder that lost its offset), None: not checked.
 
     The interlock is part of the settings: :meth:`refusal` tells at load time whether a run would
     be refused (not armed and not a dry run), :attr:`may_enable` whether it would enable drives.
@@ -451,6 +471,8 @@ class HardwareSettings:
     dwell_s: float = 0.5
     realtime: bool = True
     fault_policy: dict = field(default_factory=dict)
+    last_pose_file: str | None = None      # JSON of the pose measured at the end of the last run
+    last_pose_tolerance_rad: float = 0.05  # bring-up pose vs that pose, per joint
 
     @staticmethod
     def from_settings(settings: dict | None) -> "HardwareSettings":
@@ -464,14 +486,14 @@ class HardwareSettings:
         kw = {}
         for k, v in settings.items():
             if v is None:
-                kw[k] = None if k in ("iface", "config", "record_dir", "record_rate_hz",
+                kw[k] = None if k in ("iface", "config", "record_dir", "record_rate_hz", "last_pose_file",
                                       "receive_timeout_us") else known[k].default
                 continue
             if k in ("armed", "dry_run", "torque_feedforward", "complete_access",
                      "realtime"):
                 if not isinstance(v, bool):
                     raise ValueError(f"hardware setting {k} must be true or false, got {v!r}")
-            elif k in ("iface", "config", "record_dir"):
+            elif k in ("iface", "config", "record_dir", "last_pose_file"):
                 v = str(v)
             elif k == "fault_policy":
                 if not isinstance(v, dict):

@@ -37,7 +37,7 @@ from identify.model.robot_model import Limits
 from .drive import cia402
 from .config import load_config
 from .rt import DcAligner, LoopWatch, Ticker, harden
-from .safety import (DEFAULT_POLICY, STEP_VELOCITY_FACTOR, Fault, FaultEvent, FaultMonitor,
+from .safety import (DEFAULT_POLICY, STEP_VELOCITY_FACTOR, Fault, FaultEvent, FaultMonitor, FeedbackCheck,
                      limit_step, step_limit)
 from .stopramp import SafeStop
 from .drive.units import make_units
@@ -378,6 +378,9 @@ class _Motion:
     qd_valid: np.ndarray | None = None
     delivered: np.ndarray | None = None   # the target sent with the last complete frame
     t_fault: float | None = None          # time.monotonic() when the fault was detected [s]
+    q_ref_prev: np.ndarray | None = None
+    emcy_event: FaultEvent | None = None   # an emergency with an error code, read last cycle
+    feedback: FeedbackCheck | None = None
     gap: bool = False          # a frame was lost since the last valid one: the drives did not get
                                # every command; the stop restarts from the measured state
 
@@ -470,6 +473,8 @@ def _motion(r: _Run, plan_q, plan_tau) -> dict:
     sw, q0, _ = r.decode(r.inp)
     m = _Motion(sw=sw, q_valid=q0.copy(), target=q0.copy(), prev_cw=np.zeros(n, np.int64),
                 mode_ok=not r.has["mode_disp"], active=cia402.is_enabled(sw))
+    m.feedback = FeedbackCheck(r.units.joint_names, spec.limits.qd_max, np.abs(r.units.rad_per_count),
+                               spec.torque_limit, r.dt, cycles=sc.feedback_fault_cycles)
     r.motion = m
     t0, t0_mono = time.perf_counter(), time.monotonic()
     r.ctrl[C_PHASE] = PH_ENABLE
@@ -519,8 +524,13 @@ def _supervise(r: _Run, m: _Motion, monitor, wkc, inp, late, q_meas, qd_meas, q_
     ev = monitor.update(cyc, wkc, exp, sw_new if (run or not reset_ok) else None, err,
                         q_meas, qd_meas, q_ref, late_periods=late, check_following=run,
                         expect_enabled=run, mode=mode if (run and m.last_ok) else None)
+    if ev is None and run and m.last_ok:
+        tau = r.units.motor_torque(inp["torque_actual"]) if r.has["tau_m"] else None
+        step = q_ref - (m.q_ref_prev if m.q_ref_prev is not None else q_ref)
+        ev = m.feedback.update(cyc, q_meas, step, tau, sw_new, enabled=m.active)
+    m.q_ref_prev = np.array(q_ref, float)
     if ev is None:
-        ev = _stop_request(r, cyc)
+        ev = _stop_request(r, cyc) or m.emcy_event
     deficit = 0 < wkc < exp
     if ev is None and ((deficit and m.wkc_prev_ok)
                        or (m.last_ok and cyc % r.cfg.bus.al_check_cycles == 0)):
@@ -598,11 +608,22 @@ def _advance(r: _Run, m: _Motion, ev, m_cycles: int, was_run: bool) -> None:
 
 
 def _poll_emergencies(r: _Run, m: _Motion) -> None:
-    """CoE emergencies: one slave's mailbox every al_check_cycles (round robin, all phases)."""
+    """CoE emergencies: one slave's mailbox every al_check_cycles (round robin, all phases);
+    one with an error code while enabling or running stops the run (Fault.EMERGENCY, named with
+    code and meaning, at the next cycle's supervision)."""
     k = r.cfg.bus.al_check_cycles
     if r.has["emcy"] and m.last_ok and (r.row - 1) % k == 5 % k:
         k_mb = ((r.row - 1) // k) % r.n
-        r.emcy += [dict(e, row=r.row - 1) for e in r.bus.read_emergencies(k_mb)]
+        new = [dict(e, row=r.row - 1, meaning=cia402.emcy_meaning(e["error_code"]))
+               for e in r.bus.read_emergencies(k_mb)]
+        r.emcy += new
+        bad = [e for e in new if e["error_code"]]
+        if bad and m.phase in (PH_ENABLE, PH_RUN) and m.emcy_event is None:
+            e = bad[0]
+            m.emcy_event = FaultEvent(Fault.EMERGENCY, r.row - 1,
+                                      f"cycle {r.row - 1}: CoE emergency from joint {e['joint']}: error "
+                                      f"code {e['error_code']:#06x} ({e['meaning']}), error register "
+                                      f"{e['error_register']:#04x}")
 
 
 def _summary(r: _Run, m: _Motion, monitor) -> dict:
@@ -618,7 +639,8 @@ def _summary(r: _Run, m: _Motion, monitor) -> dict:
             "late_cycles": int(r.ctrl[C_LATE]), "skipped_grid_points": r.ticker.skipped,
             "enable_cycles": m.enable_cycles, "brake_cycles": st.seq.brake_cycles,
             "realtime": bool(r.rt.get("sched_fifo")), "rt": r.rt,
-            "distributed_clocks": r.aligner is not None, "emergencies": r.emcy}
+            "distributed_clocks": r.aligner is not None, "emergencies": r.emcy,
+            "warnings": m.feedback.warnings}
 
 
 def _al_check(bus, cycle, deficit):

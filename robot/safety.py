@@ -329,3 +329,80 @@ class StopSequence:
         if self.k >= self.max_cycles:
             self.done = True
         return cw, self.hold_q.copy()
+
+
+class FeedbackCheck:
+    """Plausibility of feedback and effort, one :meth:`update` per cycle with a complete frame
+    (arrays (n,) in joint order, SI):
+
+    * frozen encoder: the command moves faster than ``moving_rad_s`` while the measured position
+      has not changed by a count for ``cycles`` consecutive cycles;
+    * jumping encoder: the measured position changed faster than ``jump_factor`` x the velocity
+      limit since the last complete frame (physically impossible);
+    * torque: |actual torque| (0x6077, link side) at or above ``tau_limit`` (what 0x6072 was set
+      to: a drive honouring it saturates there) for ``torque_cycles`` consecutive cycles (20:
+      a sustained overload, not the transient of a velocity step);
+    * warnings (statusword bit 7): counted per joint, first cycle kept (``warnings``), no stop.
+    """
+
+    def __init__(self, joint_names, qd_max, resolution_rad, tau_limit, dt: float, cycles: int = 10,
+                 moving_rad_s: float = 0.05, jump_factor: float = 3.0, torque_cycles: int = 20):
+        self.names = list(joint_names)
+        n = len(self.names)
+        self.qd_max = np.broadcast_to(np.asarray(qd_max, float), (n,))
+        self.res = np.broadcast_to(np.asarray(resolution_rad, float), (n,))
+        self.tau_limit = None if tau_limit is None else np.broadcast_to(np.asarray(tau_limit, float), (n,))
+        self.dt, self.cycles, self.moving = float(dt), int(cycles), float(moving_rad_s)
+        self.jump_factor, self.torque_cycles = float(jump_factor), int(torque_cycles)
+        self._q_last = None
+        self._c_last = None
+        self._frozen = np.zeros(n, int)
+        self._over = np.zeros(n, int)
+        self.warnings: dict[str, dict] = {}
+
+    def update(self, cycle: int, q, q_cmd_step, tau=None, statusword=None, enabled=None):
+        """`q` measured [rad]; `q_cmd_step` this cycle's command change [rad]; `tau` actual
+        torque [N*m] or None; `enabled` (n,) bool (only enabled drives are checked). Returns a
+        FaultEvent (FEEDBACK, TORQUE_LIMIT) or None."""
+        q = np.asarray(q, float)
+        en = np.ones(q.shape, bool) if enabled is None else np.asarray(enabled, bool)
+        if statusword is not None:
+            self._note_warnings(cycle, np.asarray(statusword))
+        ev = None
+        if self._q_last is not None:
+            k = max(1, cycle - self._c_last)
+            dq = np.abs(q - self._q_last)
+            jump = en & (dq > self.jump_factor * self.qd_max * self.dt * k)
+            if jump.any():
+                j = int(np.argmax(jump))
+                ev = FaultEvent(Fault.FEEDBACK, cycle,
+                                f"cycle {cycle}: feedback fault at joint {self.names[j]}: the encoder "
+                                f"jumped {dq[j]:.5f} rad in {k} cycle(s) (more than {self.jump_factor:g} "
+                                f"x the velocity limit {self.qd_max[j]:.3f} rad/s)")
+            moving = np.abs(np.asarray(q_cmd_step, float)) > self.moving * self.dt
+            still = dq < 0.5 * self.res
+            self._frozen = np.where(en & moving & still, self._frozen + 1, 0)
+            if ev is None and (self._frozen >= self.cycles).any():
+                j = int(np.argmax(self._frozen))
+                ev = FaultEvent(Fault.FEEDBACK, cycle,
+                                f"cycle {cycle}: feedback fault at joint {self.names[j]}: the encoder "
+                                f"reads the same position for {self._frozen[j]} cycles while the "
+                                f"command moves (frozen encoder)")
+        self._q_last, self._c_last = q.copy(), cycle
+        if ev is None and tau is not None and self.tau_limit is not None:
+            over = en & (np.abs(np.asarray(tau, float)) >= self.tau_limit)
+            self._over = np.where(over, self._over + 1, 0)
+            if (self._over >= self.torque_cycles).any():
+                j = int(np.argmax(self._over))
+                ev = FaultEvent(Fault.TORQUE_LIMIT, cycle,
+                                f"cycle {cycle}: joint {self.names[j]} actual torque (0x6077) "
+                                f"{float(np.asarray(tau)[j]):.2f} N*m beyond its limit "
+                                f"{self.tau_limit[j]:.2f} N*m (0x6072) for {self._over[j]} cycles")
+        return ev
+
+    def _note_warnings(self, cycle, sw):
+        w = (sw.astype(np.int64) & cia402.SW_WARNING) != 0
+        for j in np.flatnonzero(w):
+            d = self.warnings.setdefault(self.names[j], {"first_cycle": cycle, "cycles": 0,
+                                                         "statusword": int(sw[j])})
+            d["cycles"] += 1

@@ -121,3 +121,24 @@ def explain_state(state: int) -> str:
 def describe(statusword) -> list[str]:
     """Human-readable state names, e.g. for error messages."""
     return [State(int(s)).name for s in np.atleast_1d(decode_state(statusword))]
+
+
+# CiA 301 / CiA 402 emergency error codes: specific codes, then the class of the high byte(s)
+_EMCY_CODES = {0x0000: "error reset or no error", 0x1000: "generic error",
+               0x2310: "continuous over-current", 0x3210: "DC link over-voltage",
+               0x3220: "DC link under-voltage", 0x4310: "drive temperature too high",
+               0x5441: "safe torque off / enable input", 0x7500: "communication",
+               0x8130: "life guard / heartbeat error", 0x8611: "following error",
+               0x8700: "sync controller (communication lost)", 0xFF00: "device specific"}
+_EMCY_CLASSES = {0x1: "generic", 0x2: "current", 0x3: "voltage", 0x4: "temperature",
+                 0x5: "device hardware", 0x6: "device software", 0x7: "additional modules",
+                 0x8: "monitoring", 0x9: "external error", 0xF: "additional functions / device specific"}
+
+
+def emcy_meaning(code: int) -> str:
+    """Text of a CoE emergency error code (CiA 301 / 402): the specific code where known, else
+    its class (high nibble)."""
+    code = int(code) & 0xFFFF
+    if code in _EMCY_CODES:
+        return _EMCY_CODES[code]
+    return _EMCY_CLASSES.get(code >> 12, "unknown") + " error"

@@ -16,12 +16,15 @@ SW = {"disabled": 0x0250, "ready": 0x0231, "on": 0x0233, "enabled": 0x0637, "fau
 
 
 class FakeBus:
-    """faults: list of dicts {"kind": drive_fault|drop_frames|stop_answering|stall|freeze|sto|quick_stop,
-    "at": enabled-cycle index, "slave": 0-based, "count": frames, "seconds": stall}."""
+    """faults: list of dicts {"kind": drive_fault|drop_frames|stop_answering|stall|freeze|sto|quick_stop|
+    overtorque|warning|jump, "at": enabled-cycle index, "slave": 0-based, "count": frames,
+    "seconds": stall, "permille": torque_actual from then on (overtorque), "rad": encoder jump}.
+    freeze: the encoder reading stops (the axis too); warning: statusword bit 7 from then on."""
 
     def __init__(self, cfg, iface, *, complete_access=False, receive_timeout_us=None,
                  faults=(), q0=None, lag_s=0.004, echo_torque=False, ignore_mode=False,
-                 start_fault=None, reaction_sdos=None):
+                 start_fault=None, reaction_sdos=None, open_delay_s=0.0):
+        self.open_delay_s = open_delay_s     # a slow bring-up (SOEM's config_init, SDOs)
         self.reaction_sdos = reaction_sdos   # what the real bus would write at bring-up
         self.cfg, self.layout = cfg, PdoLayout.from_config(cfg)
         self.n = cfg.n_drives
@@ -40,13 +43,17 @@ class FakeBus:
         self.drop = 0
         self.silent = set()
         self.frozen = set()
+        self.torque_pm = {}
+        self.warn = set()
+        self.jump = {}
+        self.emcy = {}          # slave -> queued CoE emergencies (kind "emcy": code)
         if start_fault is not None:      # (slave, error code): in FAULT before the run
             self.state[start_fault[0]] = "fault"
             self.err[start_fault[0]] = start_fault[1]
         self.inp = self.layout.decode(self.layout.encode_inputs(np.zeros(self.n, self.layout.tx)))
 
     def open(self):
-        pass
+        time.sleep(self.open_delay_s)
 
     def close(self):
         pass
@@ -64,7 +71,8 @@ class FakeBus:
         return None
 
     def read_emergencies(self, k):
-        return []
+        out, self.emcy[k] = self.emcy.get(k, []), []
+        return out
 
     def bus_report(self):
         return {"iface": "fake", "slaves": [{"position": k + 1} for k in range(self.n)]}
@@ -111,6 +119,17 @@ class FakeBus:
                         time.sleep(f["seconds"])
                     elif f["kind"] == "freeze":
                         self.frozen.add(f["slave"])
+                    elif f["kind"] == "emcy":
+                        self.emcy.setdefault(f["slave"], []).append(
+                            {"slave": f["slave"] + 1, "joint": self.cfg.drives[f["slave"]].joint,
+                             "error_code": f["code"], "error_register": 0x08, "data": [0, 0, 0],
+                             "k_enabled": self.k_enabled})
+                    elif f["kind"] == "overtorque":
+                        self.torque_pm[f["slave"]] = f["permille"]
+                    elif f["kind"] == "warning":
+                        self.warn.add(f["slave"])
+                    elif f["kind"] == "jump":
+                        self.pos[f["slave"]] += f["rad"] / self.units.rad_per_count[f["slave"]]
                     elif f["kind"] in ("sto", "quick_stop"):
                         self.state[f["slave"]] = "disabled" if f["kind"] == "sto" else "quickstop"
             self.k_enabled += 1
@@ -125,11 +144,12 @@ class FakeBus:
             self.prev_cw[k] = cw[k]
             if self.state[k] == "enabled" and k not in self.frozen:
                 self.pos[k] += self.alpha * (tgt[k] - self.pos[k])
-            new[k]["statusword"] = SW[self.state[k]]
+            new[k]["statusword"] = SW[self.state[k]] | (0x80 if k in self.warn else 0)
             new[k]["position_actual"] = int(round(self.pos[k]))
             new[k]["error_code"] = self.err[k]
             new[k]["modes_of_operation_display"] = 0 if self.ignore_mode else out[k]["modes_of_operation"]
-            new[k]["torque_actual"] = out[k]["torque_offset"] if self.echo_torque else 10 * (k + 1)
+            new[k]["torque_actual"] = (self.torque_pm[k] if k in self.torque_pm else
+                                       out[k]["torque_offset"] if self.echo_torque else 10 * (k + 1))
             new[k]["current_actual"] = -5 * (k + 1)
             new[k]["joint_torque"] = 1000 * (k + 1)
         self.inp = new

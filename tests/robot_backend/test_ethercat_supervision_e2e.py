@@ -378,3 +378,39 @@ def test_signal_to_process_group_runs_stop_sequence(veth, emulator, tmp_path):
     assert "confirmed by their statuswords" in err
     s = json.loads(next((tmp_path / "rec").glob("run*/summary.json")).read_text())
     assert s["fault"] == "signal" and s["stop_confirmed"], s
+
+
+def test_frozen_encoder_is_a_feedback_fault_within_20_cycles(veth, emulator, tmp_path):
+    """The emulator freezes joint 2's 0x6064 mid-trajectory (the axis moves on): the master names
+    a feedback fault within 20 cycles of the first frozen reading (found in the recording), long
+    before the following error would (50 mrad), and ramps the others to rest."""
+    from robot.backend import RunStopped
+    proc = emulator()
+    be = backend(veth, tmp_path)
+    th = when_running(be, 1.2, lambda: proc.inject("freeze_encoder", slave=1))
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    th.join()
+    s, rec = e.value.summary, e.value.recording
+    assert e.value.fault == "feedback_fault" and "joint joint2" in s["message"], s["message"]
+    assert "frozen encoder" in s["message"]
+    fc = s["fault_cycle"]
+    moved = np.flatnonzero(np.abs(np.diff(rec.q[:fc + 1, 1])) > 0)
+    frozen_from = int(moved[-1]) + 1
+    assert 0 < fc - frozen_from <= 20, (fc, frozen_from)
+    assert s["stop_confirmed"]
+
+
+def test_drive_warning_recorded(veth, emulator, tmp_path):
+    """Statusword bit 7 (warning) on joint 5 from mid-run on: the run completes, the warning is
+    in its records (summary.json: joint, first cycle, cycles)."""
+    import json
+    proc = emulator()
+    be = backend(veth, tmp_path)
+    th = when_running(be, 0.5, lambda: proc.inject("warning", slave=4))
+    be.run(TRAJ)
+    th.join()
+    w = be.last_summary["warnings"]
+    assert list(w) == ["joint5"] and w["joint5"]["cycles"] > 500, w
+    on_disk = json.loads((Path(be.last_summary["record_dir"]) / "summary.json").read_text())
+    assert on_disk["warnings"]["joint5"]["first_cycle"] == w["joint5"]["first_cycle"]

@@ -118,7 +118,7 @@ def disable_order(status):
     ({"kind": "drop_frames", "count": 10, "at": 900}, "lost_frames", True),
     ({"kind": "stop_answering", "slave": 3, "at": 900}, "slave_lost", True),
     ({"kind": "stall", "seconds": 0.3, "at": 900}, "stalled_loop", True),
-    ({"kind": "freeze", "slave": 1, "at": 900}, "following_error", False),
+    ({"kind": "freeze", "slave": 1, "at": 900}, "feedback_fault", False),
 ])
 def test_fault_ends_in_safe_stop_with_recording(tmp_path, fault, expect, policy_hold):
     be = backend(tmp_path, faults=[fault])
@@ -265,17 +265,21 @@ def test_position_step_guard_is_below_velocity_limit(tmp_path):
 
 
 def test_stop_ramp_decelerates_at_the_acceleration_limit(tmp_path):
-    """After a following-error fault on joint 1 (frozen drive, policy hold) the other joints'
-    commands come to rest at their acceleration limit (the ramp runs at it: peak within 1 % of
-    qdd_max, never above), the frozen joint's too (its drive is still enabled)."""
+    """A frozen encoder on joint 1 mid-motion is a feedback fault within 20 cycles (named, long
+    before the 50 mrad following error); with policy hold the joints' commands come to rest at
+    their acceleration limit (the ramp runs at it: peak within 1 % of qdd_max, never above)."""
     be = backend(tmp_path, faults=[{"kind": "freeze", "slave": 0, "at": 900}],
-                 fault_policy={"following_error": "hold"})
+                 fault_policy={"feedback_fault": "hold"})
     with pytest.raises(RunStopped) as e:
         be.run(TRAJ)
     err = e.value
-    assert err.fault == "following_error"
+    assert err.fault == "feedback_fault" and "joint joint1" in str(err) and "frozen encoder" in str(err)
     s, rec = err.summary, err.recording
     fc = s["fault_cycle"]
+    # the first row of the frozen reading, from the data: joint 1 unchanged from there on
+    dq = np.abs(np.diff(rec.q[:fc + 1, 0]))
+    frozen_from = int(np.flatnonzero(dq > 0)[-1]) + 1
+    assert 0 < fc - frozen_from <= 20, (fc, frozen_from)
     peak = peak_command_accel(rec.q_cmd, rec.status, DT, fc)
     moving = np.abs(rec.q_cmd[fc, :] - rec.q_cmd[fc - 1, :]) / DT > 0.05
     assert moving.sum() >= 3
@@ -357,4 +361,122 @@ def test_start_pose_checked_against_trajectory_start(tmp_path):
     q0[3] = 0.8                                    # 0.8 rad away from the start (tolerance 0.5)
     be = backend(tmp_path, bus_kwargs={"q0": q0})
     with pytest.raises(SafetyRefused, match=r"joint joint4 at 0.8000 rad, start 0.0000 rad"):
+        be.run(TRAJ)
+
+
+def test_plausibility_torque_jump_and_warnings(tmp_path):
+    """Actual torque 0x6077 at/beyond the arm's torque limit (what 0x6072 is set to) for 20 cycles
+    stops the run naming joint and values; an encoder jump beyond 3x the velocity limit is a
+    feedback fault at once; a drive warning (statusword bit 7) does not stop the run but is in
+    its records (summary warnings: joint, first cycle, count)."""
+    be = backend(tmp_path)
+    tau_max = be.full.limits.tau_max
+    pm = int(np.ceil(tau_max[3] * 1.1 / 20.0 * 1000))        # joint4: rated 20 N*m
+    be = backend(tmp_path, faults=[{"kind": "overtorque", "slave": 3, "at": 900, "permille": pm}])
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    s = e.value.summary
+    assert e.value.fault == "torque_limit" and "joint joint4 actual torque (0x6077)" in s["message"]
+    assert s["stop_confirmed"]
+    be = backend(tmp_path, faults=[{"kind": "jump", "slave": 4, "at": 900, "rad": 0.05}])
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    assert e.value.fault == "feedback_fault", e.value.summary
+    assert "feedback fault at joint joint5: the encoder jumped 0.0" in e.value.summary["message"], e.value.summary["message"]
+    be = backend(tmp_path, faults=[{"kind": "warning", "slave": 5, "at": 900}])
+    be.run(TRAJ)
+    w = be.last_summary["warnings"]
+    assert list(w) == ["joint6"] and w["joint6"]["cycles"] > 100 and w["joint6"]["statusword"] & 0x80
+
+
+def test_emergency_with_error_code_stops_the_run(tmp_path):
+    """A CoE emergency with an error code (drive still enabled: a temperature warning class
+    code) stops the run, naming joint, code and meaning, within one round of the mailbox reads
+    (6 slaves x al_check_cycles = 60 cycles, + 2) of its arrival."""
+    be = backend(tmp_path, faults=[{"kind": "emcy", "slave": 3, "at": 900, "code": 0x4310}])
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    s = e.value.summary
+    assert e.value.fault == "emergency", s
+    assert "CoE emergency from joint joint4: error code 0x4310 (drive temperature too high)" in s["message"]
+    (em,) = s["emergencies"]
+    arrived = s["run_row0"] + em["k_enabled"] - s["enable_cycles"]       # row of the injection
+    assert 0 <= s["fault_cycle"] - arrived <= 6 * 10 + 2, (s["fault_cycle"], arrived)
+    assert s["stop_confirmed"]
+
+
+_BRINGUP_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from robot.backend import HardwareBackend
+from robot.runfiles import StopSignal
+from test_robot_loop import TRAJ
+if __name__ == "__main__":
+    be = HardwareBackend({{}}, {{"iface": "fake0", "armed": True, "record_dir": {rec!r}}},
+                         bus_factory="robot_fakes:FakeBus", bus_kwargs={{"open_delay_s": 30.0}})
+    print("running", flush=True)
+    try:
+        be.run(TRAJ)
+    except StopSignal:
+        sys.exit(143)
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("sig, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_signal_during_bus_bringup_exits_within_a_second(tmp_path, sig, code):
+    """A signal while the bus comes up (here a 30 s bring-up) ends the command within 1 s with
+    130 / 143, before anything was enabled, and leaves no loop process behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "run.py"
+    script.write_text(_BRINGUP_SCRIPT.format(tests=str(Path(__file__).resolve().parent),
+                                             rec=str(tmp_path / "rec")))
+    root = str(Path(__file__).resolve().parents[2])
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=root + os.pathsep + str(Path(__file__).parent)))
+    assert child.stdout.readline().strip() == "running"
+    time.sleep(2.0)                                  # the loop process is in its bring-up
+    kids = subprocess.run(["pgrep", "-P", str(child.pid)], capture_output=True, text=True).stdout.split()
+    assert kids                                      # the spawned loop process (+ resource tracker)
+    t0 = time.monotonic()
+    child.send_signal(getattr(signal, sig))
+    out, err = child.communicate(timeout=20)
+    dt = time.monotonic() - t0
+    assert child.returncode == code, err[-2000:]
+    assert dt < 1.0, dt
+    assert "the drives were never enabled" in err and "bring-up interrupted" in err
+    time.sleep(0.5)                                  # the resource tracker leaves after its parent
+    alive = [k for k in kids if Path(f"/proc/{k}").exists()
+             and Path(f"/proc/{k}/stat").read_text().split()[2] != "Z"]
+    assert not alive, alive
+
+
+def test_absolute_pose_checked_at_bringup(tmp_path):
+    """A run leaves the pose measured at its end in last_pose_file; the next run refuses a pose
+    read at bring-up farther than last_pose_tolerance_rad from it (nothing moves), and a pose
+    outside a joint's range is refused whatever the file says."""
+    import json
+    f = tmp_path / "last_pose.json"
+    be = backend(tmp_path, last_pose_file=str(f))
+    rec = be.run(TRAJ)
+    last = json.loads(f.read_text())
+    assert last["joint_names"] == rec.joint_names
+    q_end = TRAJ.evaluate(np.array([TRAJ.duration]))[0][0]
+    np.testing.assert_allclose(last["q"], q_end, atol=2e-3)        # the plan's end (after the dwell)
+    be.run(TRAJ)                                                   # same pose: accepted
+    q0 = np.array(last["q"]) + np.array([0, 0, 0.1, 0, 0, 0])     # joint3 moved while off
+    be = backend(tmp_path, last_pose_file=str(f), bus_kwargs={"q0": q0})
+    with pytest.raises(SafetyError, match=r"joint joint3 reads .* the last run ended at .*"
+                                          r"last_pose_tolerance_rad 0.05"):
+        be.run(TRAJ)
+    q_out = np.zeros(6)
+    q_out[2] = -3.2                                                # beyond joint3's +-2.967 rad
+    be = backend(tmp_path, bus_kwargs={"q0": q_out})
+    with pytest.raises(SafetyError, match=r"absolute encoder of joint joint3 reads -3.2000 rad"):
         be.run(TRAJ)

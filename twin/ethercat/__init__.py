@@ -27,7 +27,8 @@ frame returns unprocessed, garbled, working counter 0, RX error counter 0x0300 c
 "stop_answering" / "resume_answering" (slave: that ESC neither processes nor counts), "sdo_abort"
 (index, code=0x08000020, slave=None -> all: any SDO access to the object is aborted),
 "wrong_identity" (slave, vendor_id/product_code; default product + 1, seen at the next bring-up),
-"clear". Built in: process-data (SyncManager) watchdog (``watchdog_s`` = initial value of
+"freeze_encoder" (slave: 0x6064 keeps its value while the axis moves on), "warning" (slave:
+statusword bit 7 set), "swap_serials" (slaves [a, b]: swapped identical drives), "clear". Built in: process-data (SyncManager) watchdog (``watchdog_s`` = initial value of
 registers 0x0400/0x0420, which the master reprograms; AL code 0x001B; every expiry is logged with
 its time and the time of the last outputs), following-error fault 0x8611 (window 0x6065), leaving
 OP while enabled faults 0x8700, distributed clocks (receive-time latch, system time/offset, SYNC0

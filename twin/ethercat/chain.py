@@ -30,7 +30,7 @@ from .sii import SyncManagerLayout, build_sii
 STOP_OBJECTS = (0x6007, 0x605A, 0x605B, 0x605C, 0x605E, 0x6084, 0x6085, 0x6072)
 FAULT_KINDS = ("drive_fault", "drop_frames", "corrupt_frames", "stop_answering", "resume_answering",
                "sdo_abort", "wrong_identity", "sto", "quick_stop", "ignore_mode", "al_error",
-               "set_object", "clear")
+               "set_object", "clear", "freeze_encoder", "warning", "swap_serials")
 
 
 class SlaveChain:
@@ -351,6 +351,23 @@ class SlaveChain:
             esc.set_identity(vendor, product)
             return {"slave": esc.position, "vendor_id": esc.od.value(0x1018, 1),
                     "product_code": esc.od.value(0x1018, 2)}
+        if kind == "swap_serials":          # identical drives, cables swapped
+            take("slaves")
+            a, b = (self._slave(x) for x in kw["slaves"])
+            sa, sb = a.od.value(0x1018, 4), b.od.value(0x1018, 4)
+            a.set_serial(sb)
+            b.set_serial(sa)
+            return {"slaves": [a.position, b.position], "serials": [sb, sa]}
+        if kind in ("freeze_encoder", "warning"):
+            take("slave")
+            esc = self._slave(kw.get("slave"))
+            if kind == "freeze_encoder":     # 0x6064 keeps its last value; the axis moves on
+                esc.drive.encoder_frozen = esc.drive.od.value(0x6064)
+            else:                            # statusword bit 7 (warning) from now on
+                esc.drive.warning = True
+            esc.drive._publish_status()
+            esc.publish_inputs()
+            return {"slave": esc.position}
         if kind in ("sto", "quick_stop", "ignore_mode"):
             take("slave")
             esc = self._slave(kw.get("slave"))
@@ -385,6 +402,8 @@ class SlaveChain:
                 esc.set_identity(self.cfg.vendor_id, self.cfg.product_code)
                 esc.drive.sto = False
                 esc.drive.ignore_mode = False
+                esc.drive.encoder_frozen = None
+                esc.drive.warning = False
             return {}
         raise ValueError(f"unknown fault {kind!r}; expected one of {FAULT_KINDS}")
 

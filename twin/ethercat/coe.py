@@ -236,6 +236,19 @@ def assigned_pdos(od: ObjectDictionary, assign_index: int) -> list[int]:
     return [o.entries[s].value for s in range(1, o.entries[0].value + 1)]
 
 
+# stop and fault reactions (CiA 402 option codes) and their ramps [counts/s^2], written by the
+# master at bring-up: (index, name, type, default, access, pdo direction, check)
+STOP_REACTION_OBJECTS = (
+    (0x6007, "abort connection option code", "I16", 1, "rw", None, lambda v: 0 <= v <= 3),
+    (0x605A, "quick stop option code", "I16", 2, "rw", None, lambda v: 0 <= v <= 8),
+    (0x605B, "shutdown option code", "I16", 0, "rw", None, lambda v: v in (-1, 0, 1)),
+    (0x605C, "disable operation option code", "I16", 1, "rw", None, lambda v: v in (0, 1)),
+    (0x605E, "fault reaction option code", "I16", 2, "rw", None, lambda v: 0 <= v <= 4),
+    (0x6084, "profile deceleration", "U32", 1 << 22, "rw", None, lambda v: v > 0),
+    (0x6085, "quick stop deceleration", "U32", 1 << 23, "rw", None, lambda v: v > 0),
+)
+
+
 def drive_dictionary(*, vendor_id: int, product_code: int, revision: int, serial: int, name: str,
                      rx_pdo: int, rx_entries: tuple[Entry, ...], tx_pdo: int, tx_entries: tuple[Entry, ...],
                      rated_torque_mNm: int, rated_current_mA: int, counts_per_rev: int,
@@ -278,15 +291,7 @@ def drive_dictionary(*, vendor_id: int, product_code: int, revision: int, serial
         (0x2002, "encoder counts per revolution", "U32", counts_per_rev, ro, None, None),
         (0x2003, "position actual source (1 motor, 2 link encoder)", "U8", position_source, ro, None, None),
         (0x6066, "following error time out", "U16", 10, rw, None, None),
-        # stop and fault reactions (CiA 402 option codes) and their ramps [counts/s^2]
-        (0x6007, "abort connection option code", "I16", 1, rw, None, lambda v: 0 <= v <= 3),
-        (0x605A, "quick stop option code", "I16", 2, rw, None, lambda v: 0 <= v <= 8),
-        (0x605B, "shutdown option code", "I16", 0, rw, None, lambda v: v in (-1, 0, 1)),
-        (0x605C, "disable operation option code", "I16", 1, rw, None, lambda v: v in (0, 1)),
-        (0x605E, "fault reaction option code", "I16", 2, rw, None, lambda v: 0 <= v <= 4),
-        (0x6084, "profile deceleration", "U32", 1 << 22, rw, None, lambda v: v > 0),
-        (0x6085, "quick stop deceleration", "U32", 1 << 23, rw, None, lambda v: v > 0),
-    ]:
+    ] + list(STOP_REACTION_OBJECTS):
         _var(od, idx, nm, t, v, acc, pdo, chk)
     # units (CiA 402): encoder increments per motor revolution, gear ratio, feed constant
     enc = counts_per_rev if encoder_counts is None else encoder_counts

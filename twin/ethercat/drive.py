@@ -68,6 +68,8 @@ class Cia402Drive:
         self.sto = False
         self.qs_left = 0
         self.ignore_mode = False
+        self.encoder_frozen: int | None = None   # fault injection: 0x6064 stuck at this count
+        self.warning = False                     # fault injection: statusword bit 7
         self.cycle = 0
         self.on_fault = None          # callback(error code): the ESC sends a CoE emergency
         self.transitions: list[tuple[int, float, str, str]] = []   # (cycle, monotonic s, from, to)
@@ -191,7 +193,7 @@ class Cia402Drive:
         s = self.s
         tau_m = s.gear_ratio * s.torque_constant_Nm_A * i_m
         self.q_actual = q
-        pos = self.rad_to_counts(q)
+        pos = self.rad_to_counts(q) if self.encoder_frozen is None else self.encoder_frozen
         e = self._e
         e[0x6064].value = pos
         e[0x606C].value = _sat(s.sign * qd / self.rad_per_count, -2**31, 2**31 - 1)
@@ -208,7 +210,7 @@ class Cia402Drive:
         self._publish_status()
 
     def _publish_status(self) -> None:
-        sw = _STATUS_BITS[self.state] | SW_REMOTE
+        sw = _STATUS_BITS[self.state] | SW_REMOTE | (0x0080 if self.warning else 0)
         if self.state == OPERATION_ENABLED and self._e[0x6061].value == MODE_CSP:
             sw |= SW_FOLLOWS_TARGET
             if abs(self._e[0x60F4].value) <= self._e[0x6065].value // 10:

@@ -157,6 +157,11 @@ class Esc:
         div, t = struct.unpack_from("<H", self.mem, REG_WD_DIV)[0], struct.unpack_from("<H", self.mem, REG_WD_PD)[0]
         return t * 40e-9 * (div + 2) if t else None
 
+    def set_serial(self, serial: int) -> None:
+        """Change the serial number in SII and 0x1018:4 (fault injection: swapped drives)."""
+        struct.pack_into("<I", self.sii, 0x0E * 2, serial)
+        self.od.entry(0x1018, 4).value = serial
+
     def set_identity(self, vendor_id: int | None = None, product_code: int | None = None) -> None:
         """Change the identity in SII and 0x1018 (fault injection: wrong identity)."""
         if vendor_id is not None:
