@@ -9,17 +9,17 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 from identify.common import interrupts
-from .cache import _problem_key
+from .cache import problem_key
 from .conditioning import base_regressor_function
 from .parametrization import free_basis, states_on_grid
-from .problem import ExcitationProblem, _rms_bounds, resolve_start, scaled_limits
+from .problem import ExcitationProblem, rms_bounds, resolve_start, scaled_limits
 
 
 # ------------------------------------------------------------------------------------------------
 # the NLP
 # ------------------------------------------------------------------------------------------------
 @dataclass
-class _NLP:
+class NLP:
     solver: ca.Function
     lbg: np.ndarray
     ubg: np.ndarray
@@ -96,7 +96,7 @@ class _NLP:
         return (ca.vertcat(*g) if g else ca.MX(0, 1)), cbs
 
 
-#: IPOPT options of a warm-started re-solve (see _NLP.sub_solver)
+#: IPOPT options of a warm-started re-solve (see NLP.sub_solver)
 WARM_START_OPTIONS = {"ipopt.warm_start_init_point": "yes", "ipopt.mu_init": 1e-4,
                       "ipopt.warm_start_bound_push": 1e-6, "ipopt.warm_start_bound_frac": 1e-6,
                       "ipopt.warm_start_slack_bound_push": 1e-6,
@@ -413,14 +413,14 @@ class _RowsCallback(ca.Callback):
         return self._jac
 
 
-def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1,
-               information0=None) -> _NLP:
+def build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1,
+               information0=None) -> NLP:
     """The IPOPT problem of `problem`. constraint_stride > 1: the linear limit rows only at every
     constraint_stride-th grid sample, tightened by cos(pi H stride / N) instead (Ehlich-Zeller on
     that coarser grid, so the limits still hold in continuous time; a cheaper first stage).
     information0 (p, p): information already held (D / A-optimal objectives)."""
     cs = int(constraint_stride)
-    key = (id(model), _problem_key(model, problem, bp, seed=None, n_starts=None,
+    key = (id(model), problem_key(model, problem, bp, seed=None, n_starts=None,
                                    information0=information0), cs)
     if key in _NLP_CACHE:
         return _NLP_CACHE[key]
@@ -539,7 +539,7 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
         for i in range(n):      # as -ratio >= -1: a dense-grid excess raises the lower bound
             add(-Rt[i * Nc:(i + 1) * Nc], -1.0, np.inf, "motor-torque limit (-bound / tau_max)",
                 i, "tau", (rows, i * Nc, -1.0))
-    vmin = _rms_bounds(model, problem)
+    vmin = rms_bounds(model, problem)
     if vmin is not None:
         for i in range(n):
             if vmin[i] > 0:
@@ -573,7 +573,7 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
             sample[sl] = np.arange(sl.stop - sl.start) % N
         else:
             sample[sl] = np.arange(sl.stop - sl.start) * step
-    nlp = _NLP(solver=solver, lbg=lbg, ubg=ubg, lbx=lbx, ubx=ubx, groups=groups,
+    nlp = NLP(solver=solver, lbg=lbg, ubg=ubg, lbx=lbx, ubx=ubx, groups=groups,
                g_fun=ca.Function("g", [x], [G]), f_fun=ca.Function("f", [x], [f]), bp=bp,
                build_time_s=time.perf_counter() - t0, keep=keep, symbols=(x, f, G), opts=opts,
                callbacks=callbacks, parts=g, sources=sources,

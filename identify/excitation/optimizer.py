@@ -40,7 +40,7 @@ number of constraint rows and dominated the solve time), the first stage constra
 only the rows near their bound plus every ``screen_stride``-th one, re-solving with more rows until
 the whole grid holds (:func:`_screened_solve`). Such a re-solve (and the one after a violation
 found between grid samples) starts from the previous primal-dual point with a small barrier
-parameter (_NLP.sub_solver, WARM_START_OPTIONS): 5-50 iterations instead of 50-100 from a cold
+parameter (NLP.sub_solver, WARM_START_OPTIONS): 5-50 iterations instead of 50-100 from a cold
 start. Starts are independent and run in forked worker processes, one per core
 (:func:`_map_starts`, same result as in one process). Measured on the reference arm (issue-4
 settings, no table or collision, 2 starts): r = 1, 2, 4, 8, 16, 64 alone all end at cond(W_base)
@@ -93,11 +93,11 @@ from dataclasses import replace
 from pathlib import Path
 import numpy as np
 from identify.common import interrupts
-from .fourier import FourierTrajectory, _plain
-from .cache import _load_cache, _problem_key, _save_cache
+from .fourier import FourierTrajectory, to_plain
+from .cache import load_cache, problem_key, save_cache
 from .conditioning import CondEvaluator, base_parameters, limit_ratios, trajectory_cond
-from .objective import _NLP, _build_nlp, collision_model
-from .parametrization import _to_trajectory, _to_x, random_trajectory
+from .objective import NLP, build_nlp, collision_model
+from .parametrization import to_trajectory, to_x, random_trajectory
 from .problem import ExcitationInfeasible, ExcitationProblem, ExcitationResult, check_problem, resolve_start, scaled_limits
 
 
@@ -124,7 +124,7 @@ def _coarse_stride(problem: ExcitationProblem, lim: dict, q_start, free) -> int:
     return 1
 
 
-def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: ExcitationProblem,
+def _screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: ExcitationProblem,
                     warm=None):
     """Solve `nlp` keeping only the constraint rows that can matter (IPOPT's KKT work grows with
     the number of rows; most of the 3 n N limit rows are far from active).
@@ -136,7 +136,7 @@ def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitat
     4 rounds, then the full problem). The returned point therefore satisfies *every* row of the
     full problem whenever the full problem's solve would. screen_stride None/<= 1: full problem.
     warm: (lam_g (all rows), lam_x) of a previous solve of the same rows' problem: the first
-    round then starts from that primal-dual point too (_NLP.sub_solver).
+    round then starts from that primal-dual point too (NLP.sub_solver).
     Returns (solution dict with "lam_g_all": the multipliers of every row (0 for rows left out),
     IPOPT stats of the last solve, total iterations, evaluation time [s]).
     """
@@ -203,7 +203,7 @@ def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitat
     return sol, st, iters + it, t_ev + ev
 
 
-def _worst_violation(nlp: _NLP, x: np.ndarray, names, lbg=None) -> tuple[float, str]:
+def _worst_violation(nlp: NLP, x: np.ndarray, names, lbg=None) -> tuple[float, str]:
     """Largest bound violation of g at x and a sentence naming its constraint."""
     g = np.asarray(nlp.g_fun(x)).reshape(-1)
     viol = np.maximum((nlp.lbg if lbg is None else lbg) - g, g - nlp.ubg)
@@ -271,10 +271,10 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
     names = list(model.joint_names)
     cache_file = None
     if cache_dir is not None:
-        key = _problem_key(model, problem, bp, seed, int(n_starts), information0)
+        key = problem_key(model, problem, bp, seed, int(n_starts), information0)
         cache_file = Path(cache_dir) / f"excitation-{key[:20]}.yaml"
         if cache_file.exists():
-            res = _load_cache(cache_file, problem)
+            res = load_cache(cache_file, problem)
             if res is not None:
                 return res
     lim = scaled_limits(model, problem)
@@ -285,7 +285,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
     # with a polish stage, stage 1 only has to get close: its limit rows on a coarser grid
     # (tightened so they still hold in continuous time), the polish then uses the full grid
     coarse = _coarse_stride(problem, lim, q_start, free)
-    nlp = _build_nlp(model, problem, bp, constraint_stride=coarse, information0=information0)
+    nlp = build_nlp(model, problem, bp, constraint_stride=coarse, information0=information0)
     cond_check = CondEvaluator(model, bp, terms, n_check)
     caps = collision_model(model, problem) if problem.collision_margin is not None else None
     score = _score_function(model, problem, bp, cond_check, information0)
@@ -294,7 +294,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
     worst_text = None
     nlp2 = None
     if problem.polish_power and problem.objective == "cond":
-        nlp2 = _build_nlp(model, replace(problem, objective_power=int(problem.polish_power),
+        nlp2 = build_nlp(model, replace(problem, objective_power=int(problem.polish_power),
                                          max_iter=max(20, int(problem.max_iter) // 3)), bp)
 
     def _shrink_feasible(nlp_k, xs, lbg, q_start, free, H, wf, names, lim, n_check):
@@ -304,12 +304,12 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
             xf[:m] *= 0.9 ** k
             if _worst_violation(nlp_k, xf, names)[0] > 1e-6:     # the problem's own bounds
                 continue
-            tr_f, z_v = _enforce_dense(model, _to_trajectory(xf, q_start, free, H, wf, names),
+            tr_f, z_v = _enforce_dense(model, to_trajectory(xf, q_start, free, H, wf, names),
                                        lim, n_check)
             if (z_v <= 1e-9 and _collision_violation(caps, tr_f, n_check,
                                                      problem.collision_margin)[0] <= 1e-9
                     and not np.any(_torque_violation(model, problem, tr_f, n_check) > 1e-9)):
-                return _to_x(tr_f, free)
+                return to_x(tr_f, free)
         return None
 
     def z_raised(nlp_k, lbg, which="z"):
@@ -335,7 +335,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
             ok = bool(np.all(np.isfinite(xs)) and viol <= 1e-6)
             if not ok:
                 break
-            tr, z_viol = _enforce_dense(model, _to_trajectory(xs, q_start, free, H, wf, names),
+            tr, z_viol = _enforce_dense(model, to_trajectory(xs, q_start, free, H, wf, names),
                                         lim, n_check)
             c_viol, c_text, c_pair = _collision_violation(caps, tr, n_check,
                                                           problem.collision_margin)
@@ -371,7 +371,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
             xf = _shrink_feasible(nlp_k, xs, lbg, q_start, free, H, wf, names, lim, n_check)
             if xf is not None:
                 xs, ok, text = xf, True, None
-                tr = _to_trajectory(xs, q_start, free, H, wf, names)
+                tr = to_trajectory(xs, q_start, free, H, wf, names)
         return {"ok": ok, "x": xs, "tr": tr, "text": text, "lbg": lbg, "time_s": dt, "eval_s": t_ev,
                 "iterations": iters, "status": st.get("return_status", "?"),
                 "objective": float(sol["f"])}
@@ -401,7 +401,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
     def run_start(s):
         """One start: stage 1 from its seeded initial guess, then (cond) its polish."""
         rng = np.random.default_rng([int(seed), s])
-        x0 = _to_x(_initial_guess(model, problem, rng, lim, caps), free)
+        x0 = to_x(_initial_guess(model, problem, rng, lim, caps), free)
         # clearance rows are screened in both stages (most pairs stay far apart)
         r1 = solve(nlp, x0, nlp.lbg.copy(), screen=coarse == 1 or caps is not None)
         cond = score(r1["tr"]) if r1["ok"] else np.inf
@@ -446,7 +446,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
     ratios = limit_ratios(tr, lim, n_check)
     meta = {"cond_W_base": cond, "cond_W_base_grid": cond_grid, "n_base": int(len(bp.independent)),
             "seed": int(seed), "n_starts": int(n_starts), "problem": problem.to_dict(),
-            "limits_used": _plain(lim), "solver_time_s": solver_time}
+            "limits_used": to_plain(lim), "solver_time_s": solver_time}
     if caps is not None:    # what the backends' clearance check must hold (identify.backend.clearance)
         meta["collision"] = {"margin_m": float(problem.collision_margin),
                              "obstacles": [o.to_dict() for o in caps.obstacles],
@@ -465,7 +465,7 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         problem=problem, seed=int(seed), n_starts=int(n_starts), cache_file=None)
     if cache_file is not None:
         interrupts.check()      # an interrupted solve is never cached
-        _save_cache(cache_file, res)
+        save_cache(cache_file, res)
         res.cache_file = str(cache_file)
     return res
 

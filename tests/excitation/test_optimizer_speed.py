@@ -12,9 +12,9 @@ import pytest
 from identify.excitation import ExcitationProblem, optimize_excitation
 from identify.excitation.__main__ import load_model
 from identify.excitation.conditioning import base_parameters
-from identify.excitation.objective import _build_nlp
+from identify.excitation.objective import build_nlp
 from identify.excitation.optimizer import _initial_guess, _screened_solve, start_workers
-from identify.excitation.parametrization import _to_x
+from identify.excitation.parametrization import to_x
 from identify.excitation.problem import resolve_start, scaled_limits
 
 
@@ -34,7 +34,7 @@ def small():
 def _x0(model, problem, seed=3):
     _, free = resolve_start(model, problem)
     lim = scaled_limits(model, problem)
-    return _to_x(_initial_guess(model, problem, np.random.default_rng(seed), lim), free)
+    return to_x(_initial_guess(model, problem, np.random.default_rng(seed), lim), free)
 
 
 def _fresh_python(code: str, timeout: float = 120):
@@ -51,7 +51,7 @@ def _fresh_python(code: str, timeout: float = 120):
 
 
 def test_row_subset_is_the_full_rows_and_its_jacobian_the_derivative(arm, small):
-    nlp = _build_nlp(arm, small, base_parameters(arm, small))
+    nlp = build_nlp(arm, small, base_parameters(arm, small))
     kinds = {nlp.kinds[sl][0] for (_, _, sl, _), src in zip(nlp.groups, nlp.sources) if src}
     assert kinds == {"z", "col"}
     x = _x0(arm, small)
@@ -69,7 +69,7 @@ def test_row_subset_is_the_full_rows_and_its_jacobian_the_derivative(arm, small)
 
 
 def test_kept_rows_are_the_selected_rows_of_g(arm, small):
-    nlp = _build_nlp(arm, small, base_parameters(arm, small))
+    nlp = build_nlp(arm, small, base_parameters(arm, small))
     x = _x0(arm, small, seed=5)
     keep = np.random.default_rng(1).random(nlp.lbg.size) < 0.3
     g_kept, cbs = nlp._kept_rows(keep)
@@ -85,7 +85,7 @@ def test_kept_rows_are_the_selected_rows_of_g(arm, small):
 
 def test_warm_restart_of_a_converged_solve_is_short(arm, small):
     pr = replace(small, polish_power=None)
-    nlp = _build_nlp(arm, pr, base_parameters(arm, pr))
+    nlp = build_nlp(arm, pr, base_parameters(arm, pr))
     sol, _, it_cold, _ = _screened_solve(nlp, _x0(arm, pr), nlp.lbg.copy(), pr)
     x = np.asarray(sol["x"]).ravel()
     warm = (sol["lam_g_all"], np.asarray(sol["lam_x"]).ravel())
