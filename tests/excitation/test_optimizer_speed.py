@@ -13,7 +13,7 @@ from identify.excitation import ExcitationProblem, optimize_excitation
 from identify.excitation.__main__ import load_model
 from identify.excitation.conditioning import base_parameters
 from identify.excitation.objective import build_nlp
-from identify.excitation.optimizer import _initial_guess, _screened_solve, start_workers
+from identify.excitation.optimizer import _initial_guess, _screened_solve
 from identify.excitation.parametrization import to_x
 from identify.excitation.problem import resolve_start, scaled_limits
 
@@ -105,7 +105,7 @@ def test_starts_in_worker_processes_equal_starts_in_this_process():
         "import json, math, numpy as np\n"
         "from identify.excitation import ExcitationProblem, optimize_excitation\n"
         "from identify.excitation.__main__ import load_model\n"
-        "from identify.excitation.optimizer import start_workers\n"
+        "from identify.excitation.workers import start_workers\n"
         "arm = load_model(None, ['joint2', 'joint3', 'joint4'])\n"
         "pr = ExcitationProblem(harmonics=3, n_grid=40, z_min=0.05, collision_margin=0.02,\n"
         "                       start_pose=(-math.pi / 2, 0.0, -math.pi / 2))\n"
@@ -125,7 +125,7 @@ def test_a_progress_bar_leaves_the_start_workers_available():
     bar, used to make every later design keep its starts in one process. Fresh interpreter, as
     above."""
     code = ("from identify.common import progress\n"
-            "from identify.excitation.optimizer import start_workers\n"
+            "from identify.excitation.workers import start_workers\n"
             "for _ in progress.bar(range(3), desc='x'): pass\n"
             "import threading; print(threading.active_count(), start_workers(2, 2))\n")
     assert _fresh_python(code).stdout.split() == ["1", "2"]
@@ -135,13 +135,13 @@ def test_starts_fall_back_to_this_process_when_a_worker_dies():
     """A worker killed mid-start (OOM killer) must not lose the design: its starts re-run here,
     with a warning. Fresh interpreter, as above."""
     code = ("import os\n"
-            "from identify.excitation.optimizer import _map_starts\n"
+            "from identify.excitation.workers import map_starts\n"
             "parent = os.getpid()\n"
             "def job(s):\n"
             "    if os.getpid() != parent and s == 1:\n"
             "        os._exit(9)\n"
             "    return 10 * s\n"
-            "print(_map_starts(job, 3, 2))\n")
+            "print(map_starts(job, 3, 2))\n")
     res = _fresh_python(code)
     assert res.stdout.strip() == "[0, 10, 20]"
     assert "worker process died" in res.stderr
@@ -149,13 +149,13 @@ def test_starts_fall_back_to_this_process_when_a_worker_dies():
 
 def test_starts_run_in_this_process_without_a_worker_pool(monkeypatch, capsys):
     import concurrent.futures as cf
-    from identify.excitation import optimizer
+    from identify.excitation import workers
 
     def no_pool(*a, **k):
         raise OSError(38, "Function not implemented")
-    monkeypatch.setattr(optimizer, "start_workers", lambda n, w=None: 2)
+    monkeypatch.setattr(workers, "start_workers", lambda n, w=None: 2)
     monkeypatch.setattr(cf, "ProcessPoolExecutor", no_pool)
-    assert optimizer._map_starts(lambda s: s + 1, 3, 2) == [1, 2, 3]
+    assert workers.map_starts(lambda s: s + 1, 3, 2) == [1, 2, 3]
     assert "no worker pool" in capsys.readouterr().err
 
 
@@ -177,13 +177,13 @@ def test_start_workers_die_with_their_parent(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import os, sys, time\n"
-        "from identify.excitation.optimizer import _map_starts\n"
+        "from identify.excitation.workers import map_starts\n"
         "def job(s):\n"
         # one write(2) of < PIPE_BUF bytes is atomic; print() under PYTHONUNBUFFERED makes
         # two writes, and the two workers' lines could interleave
         "    os.write(1, b'%d\\n' % os.getpid())\n"
         "    time.sleep(60)\n"
-        "_map_starts(job, 2, 2)\n")
+        "map_starts(job, 2, 2)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                          env=env)
