@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from identify.excitation.conditioning import (CondEvaluator, base_parameters, check_trajectory,
                                               enforce_dense)
 from identify.excitation.problem import ExcitationProblem, resolve_start, scaled_limits
-from identify.excitation.optimizer import _initial_guess, optimize_excitation
+from identify.excitation.optimizer import initial_guess, optimize_excitation
 from identify.excitation.parametrization import (free_basis, random_feasible_trajectory, to_trajectory,
                                                  to_x)
 from identify.excitation.__main__ import load_model
@@ -117,7 +117,7 @@ def run_slsqp(model, problem, bp, seed, n_starts, maxiter, n_check, budget_s, ta
     state = {"reached": None, "paused": 0.0}
     for s in range(n_starts):
         rng = np.random.default_rng([int(seed), s])
-        x0 = to_x(_initial_guess(model, problem, rng, lim), free)
+        x0 = to_x(initial_guess(model, problem, rng, lim), free)
         t0 = time.perf_counter()
 
         def callback(xk):

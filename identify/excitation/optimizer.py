@@ -38,7 +38,7 @@ end point with r = ``polish_power`` (16), which is close to cond itself. To save
 number of constraint rows and dominated the solve time), the first stage constrains only every
 ``screen_stride``-th grid sample with the correspondingly stronger tightening, and the polish sees
 only the rows near their bound plus every ``screen_stride``-th one, re-solving with more rows until
-the whole grid holds (:func:`_screened_solve`). Such a re-solve (and the one after a violation
+the whole grid holds (:func:`screened_solve`). Such a re-solve (and the one after a violation
 found between grid samples) starts from the previous primal-dual point with a small barrier
 parameter (NLP.sub_solver, WARM_START_OPTIONS): 5-50 iterations instead of 50-100 from a cold
 start. Starts are independent and run in forked worker processes, one per core
@@ -125,7 +125,7 @@ def _coarse_stride(problem: ExcitationProblem, lim: dict, q_start, free) -> int:
     return 1
 
 
-def _screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: ExcitationProblem,
+def screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: ExcitationProblem,
                     warm=None):
     """Solve `nlp` keeping only the constraint rows that can matter (IPOPT's KKT work grows with
     the number of rows; most of the 3 n N limit rows are far from active).
@@ -358,7 +358,7 @@ class _Starts:
         """One start: stage 1 from its seeded initial guess, then (cond) its polish.
         Returns (the start's entry of ExcitationResult.starts, the kept solve's result)."""
         rng = np.random.default_rng([self.seed, s])
-        x0 = to_x(_initial_guess(self.model, self.problem, rng, self.lim, self.caps), self.free)
+        x0 = to_x(initial_guess(self.model, self.problem, rng, self.lim, self.caps), self.free)
         # clearance rows are screened in both stages (most pairs stay far apart)
         r1 = self.solve(self.nlp, x0, self.nlp.lbg.copy(),
                         screen=self.coarse == 1 or self.caps is not None)
@@ -418,7 +418,7 @@ class _Starts:
         dt, iters, text, tr, t_ev, warm = 0.0, 0, None, None, 0.0, None
         for attempt in range(4):
             t0 = time.perf_counter()
-            sol, st, it_k, ev_k = _screened_solve(nlp_k, x0, lbg,
+            sol, st, it_k, ev_k = screened_solve(nlp_k, x0, lbg,
                                                   self.problem if screen else None, warm)
             dt += time.perf_counter() - t0
             iters += it_k
@@ -564,7 +564,7 @@ def _result(run: _Starts, best: tuple, starts: list, solver_time: float) -> Exci
         problem=problem, seed=run.seed, n_starts=run.n_starts, cache_file=None)
 
 
-def _initial_guess(model, problem, rng, lim, caps=None) -> FourierTrajectory:
+def initial_guess(model, problem, rng, lim, caps=None) -> FourierTrajectory:
     """Random trajectory using 70 % of the linear limits, shrunk towards the start pose until it
     also clears the table, keeps the collision margin (the start pose does: check_problem, and
     pairs overlapping there are not checked) and the motor-torque limit (if the start pose's

@@ -62,7 +62,7 @@ class ExcitationProblem:
         screen_stride, screen_threshold: IPOPT sees only the linear limit rows of every
             screen_stride-th grid sample plus those within screen_threshold of their bound,
             rows being added and the solve repeated until the full grid holds (see
-            :func:`_screened_solve`; same constraints, less linear algebra). With a polish
+            :func:`screened_solve`; same constraints, less linear algebra). With a polish
             stage, the first stage instead has its limit rows only at every screen_stride-th
             sample, tightened by cos(pi H screen_stride / N) so they hold in continuous time
             (used when N / screen_stride >= 2H + 1). None: all rows in both stages.

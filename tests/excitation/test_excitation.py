@@ -245,10 +245,10 @@ def test_fast_objective_gradient_matches_casadi_graph_and_finite_differences(mod
 
 
 def test_screened_solve_satisfies_every_row_of_the_full_grid(model, problem):
-    """IPOPT sees only a subset of the limit rows (_screened_solve); the answer must still hold
+    """IPOPT sees only a subset of the limit rows (screened_solve); the answer must still hold
     on every row of the full grid, and a coarse first-stage grid is tightened by Ehlich-Zeller."""
     from identify.excitation.objective import build_nlp
-    from identify.excitation.optimizer import _initial_guess, _screened_solve
+    from identify.excitation.optimizer import initial_guess, screened_solve
     from identify.excitation.parametrization import to_x
     from identify.excitation.problem import resolve_start
     pr = replace(problem, screen_stride=4, screen_threshold=0.6, polish_power=None,
@@ -257,8 +257,8 @@ def test_screened_solve_satisfies_every_row_of_the_full_grid(model, problem):
     nlp = build_nlp(model, pr, bp)
     _, free = resolve_start(model, pr)
     lim = scaled_limits(model, pr)
-    x0 = to_x(_initial_guess(model, pr, np.random.default_rng(3), lim), free)
-    sol, st, iters, _ = _screened_solve(nlp, x0, nlp.lbg.copy(), pr)
+    x0 = to_x(initial_guess(model, pr, np.random.default_rng(3), lim), free)
+    sol, st, iters, _ = screened_solve(nlp, x0, nlp.lbg.copy(), pr)
     x = np.asarray(sol["x"]).ravel()
     g = np.asarray(nlp.g_fun(x)).ravel()
     assert iters > 0 and np.all(np.isfinite(x))

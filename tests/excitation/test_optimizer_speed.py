@@ -13,7 +13,7 @@ from identify.excitation import ExcitationProblem, optimize_excitation
 from identify.excitation.__main__ import load_model
 from identify.excitation.conditioning import base_parameters
 from identify.excitation.objective import build_nlp
-from identify.excitation.optimizer import _initial_guess, _screened_solve
+from identify.excitation.optimizer import initial_guess, screened_solve
 from identify.excitation.parametrization import to_x
 from identify.excitation.problem import resolve_start, scaled_limits
 
@@ -34,7 +34,7 @@ def small():
 def _x0(model, problem, seed=3):
     _, free = resolve_start(model, problem)
     lim = scaled_limits(model, problem)
-    return to_x(_initial_guess(model, problem, np.random.default_rng(seed), lim), free)
+    return to_x(initial_guess(model, problem, np.random.default_rng(seed), lim), free)
 
 
 def _fresh_python(code: str, timeout: float = 120):
@@ -86,11 +86,11 @@ def test_kept_rows_are_the_selected_rows_of_g(arm, small):
 def test_warm_restart_of_a_converged_solve_is_short(arm, small):
     pr = replace(small, polish_power=None)
     nlp = build_nlp(arm, pr, base_parameters(arm, pr))
-    sol, _, it_cold, _ = _screened_solve(nlp, _x0(arm, pr), nlp.lbg.copy(), pr)
+    sol, _, it_cold, _ = screened_solve(nlp, _x0(arm, pr), nlp.lbg.copy(), pr)
     x = np.asarray(sol["x"]).ravel()
     warm = (sol["lam_g_all"], np.asarray(sol["lam_x"]).ravel())
-    sol2, _, it_warm, _ = _screened_solve(nlp, x, nlp.lbg.copy(), pr, warm)
-    cold2, _, it_cold2, _ = _screened_solve(nlp, x, nlp.lbg.copy(), pr)
+    sol2, _, it_warm, _ = screened_solve(nlp, x, nlp.lbg.copy(), pr, warm)
+    cold2, _, it_cold2, _ = screened_solve(nlp, x, nlp.lbg.copy(), pr)
     assert it_warm <= 10 < it_cold2, (it_warm, it_cold2, it_cold)
     assert float(sol2["f"]) == pytest.approx(float(sol["f"]), rel=1e-3)
     g = np.asarray(nlp.g_fun(np.asarray(sol2["x"]).ravel())).ravel()
