@@ -33,10 +33,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from identify.excitation.conditioning import CondEvaluator, base_parameters, check_trajectory
+from identify.excitation.conditioning import (CondEvaluator, base_parameters, check_trajectory,
+                                              enforce_dense)
 from identify.excitation.problem import ExcitationProblem, resolve_start, scaled_limits
-from identify.excitation.optimizer import _enforce_dense, _initial_guess, optimize_excitation
-from identify.excitation.parametrization import _to_trajectory, _to_x, free_basis, random_feasible_trajectory
+from identify.excitation.optimizer import initial_guess, optimize_excitation
+from identify.excitation.parametrization import (free_basis, random_feasible_trajectory, to_trajectory,
+                                                 to_x)
 from identify.excitation.__main__ import load_model
 
 
@@ -95,13 +97,13 @@ def run_slsqp(model, problem, bp, seed, n_starts, maxiter, n_check, budget_s, ta
     t_grid = np.arange(N) * (problem.period / N)
     if problem.z_min is not None:
         def z_con(x):
-            tr = _to_trajectory(x, q_start, free, H, problem.wf, names)
+            tr = to_trajectory(x, q_start, free, H, problem.wf, names)
             return model.link_origins(tr.evaluate(t_grid)[0])[:, 1:, 2].ravel() - problem.z_min
         cons.append({"type": "ineq", "fun": z_con})          # finite-difference Jacobian
     n_eval = [0]
 
     def traj(x):
-        return _to_trajectory(x, q_start, free, H, problem.wf, names)
+        return to_trajectory(x, q_start, free, H, problem.wf, names)
 
     def obj(x):
         n_eval[0] += 1
@@ -115,7 +117,7 @@ def run_slsqp(model, problem, bp, seed, n_starts, maxiter, n_check, budget_s, ta
     state = {"reached": None, "paused": 0.0}
     for s in range(n_starts):
         rng = np.random.default_rng([int(seed), s])
-        x0 = _to_x(_initial_guess(model, problem, rng, lim), free)
+        x0 = to_x(initial_guess(model, problem, rng, lim), free)
         t0 = time.perf_counter()
 
         def callback(xk):
@@ -123,7 +125,7 @@ def run_slsqp(model, problem, bp, seed, n_starts, maxiter, n_check, budget_s, ta
             # bookkeeping below is not charged to SLSQP. An iterate counts when, after the same
             # post-processing as (c) (scaling into the limits on the dense grid), it is feasible
             # and its cond(W_base) on the dense check grid is <= the target.
-            tr_k, z_viol = _enforce_dense(model, traj(xk), lim, n_check)
+            tr_k, z_viol = enforce_dense(model, traj(xk), lim, n_check)
             if z_viol <= 1e-9 and ev_check(tr_k) <= target_cond:
                 state["reached"] = tp - t_all - state["paused"]
             state["paused"] += time.perf_counter() - tp
@@ -133,7 +135,7 @@ def run_slsqp(model, problem, bp, seed, n_starts, maxiter, n_check, budget_s, ta
         r = minimize(obj, x0, method="SLSQP", constraints=cons, bounds=bounds, callback=callback,
                      options={"maxiter": maxiter, "ftol": 1e-6})
         dt = time.perf_counter() - t0
-        tr, z_viol = _enforce_dense(model, traj(r.x), lim, n_check)
+        tr, z_viol = enforce_dense(model, traj(r.x), lim, n_check)
         c = ev_check(tr) if z_viol <= 1e-9 else np.inf
         starts.append((c, r.nit, dt, r.message))
         if state["reached"] is None and c <= target_cond:

@@ -42,7 +42,8 @@ from identify.backend.clearance import check_clearance                        # 
 from identify.excitation.conditioning import base_parameters, base_regressor  # noqa: E402
 from identify.excitation.information import design_report                     # noqa: E402
 from identify.excitation.objective import collision_model                     # noqa: E402
-from identify.excitation.optimizer import optimize_excitation, start_workers  # noqa: E402
+from identify.excitation.optimizer import optimize_excitation  # noqa: E402
+from identify.excitation.workers import start_workers  # noqa: E402
 from identify.excitation.fourier import FourierTrajectory                     # noqa: E402
 from identify.excitation.parametrization import random_trajectory             # noqa: E402
 from identify.excitation.problem import scaled_limits                         # noqa: E402

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from identify.common.fileio import atomic_write_bytes
 
-from .fourier import FourierTrajectory, _plain
+from .fourier import FourierTrajectory, to_plain
 from .problem import CACHE_VERSION, ExcitationResult
 
 
@@ -30,7 +30,11 @@ def _model_fingerprint(model) -> dict:
     return {"name": model.name, "joints": list(model.joint_names), "numbers": h.hexdigest()}
 
 
-def _problem_key(model, problem, bp, seed, n_starts, information0=None) -> str:
+def problem_key(model, problem, bp, seed, n_starts, information0=None) -> str:
+    """SHA-256 hex digest of everything the optimized trajectory depends on: the model's
+    parameters, kinematics and limits, `problem`'s settings, the base-parameter columns of `bp`,
+    seed, n_starts (None for both: the key of the built NLP, shared by every start), the
+    information already held (p, p) and, with a collision margin, the URDF's bytes."""
     d = {"version": CACHE_VERSION, "model": _model_fingerprint(model), "problem": problem.to_dict(),
          "base_columns": [int(i) for i in np.asarray(bp.independent)], "seed": seed,
          "n_starts": n_starts}
@@ -46,18 +50,21 @@ def _problem_key(model, problem, bp, seed, n_starts, information0=None) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
-def _save_cache(path: Path, res: ExcitationResult) -> None:
+def save_cache(path: Path, res: ExcitationResult) -> None:
+    """Write `res` to the YAML file `path` (atomically), read back by :func:`load_cache`."""
     import yaml
     d = {"trajectory": res.trajectory.to_dict(), "cond": res.cond, "cond_grid": res.cond_grid,
          "objective": res.objective, "solver_time_s": res.solver_time_s,
-         "build_time_s": res.build_time_s, "limits_used": _plain(res.limits_used),
-         "max_ratio": _plain(res.max_ratio), "starts": _plain(res.starts), "n_base": res.n_base,
+         "build_time_s": res.build_time_s, "limits_used": to_plain(res.limits_used),
+         "max_ratio": to_plain(res.max_ratio), "starts": to_plain(res.starts), "n_base": res.n_base,
          "base_names": list(res.base_names), "problem": res.problem.to_dict(), "seed": res.seed,
          "n_starts": res.n_starts}
-    atomic_write_bytes(path, yaml.safe_dump(_plain(d), sort_keys=False).encode())
+    atomic_write_bytes(path, yaml.safe_dump(to_plain(d), sort_keys=False).encode())
 
 
-def _load_cache(path: Path, problem) -> ExcitationResult | None:
+def load_cache(path: Path, problem) -> ExcitationResult | None:
+    """The result :func:`save_cache` wrote to `path` (its problem: `problem`), or None when the
+    file cannot be read as one (an old or damaged cache file is recomputed and overwritten)."""
     import yaml
     try:
         d = yaml.safe_load(path.read_text())

@@ -1,9 +1,12 @@
 """Conditioning of a trajectory: the base regressor (rigid-body base columns + friction columns,
-SI units) over a trajectory, cond(W_base) on a dense grid, limit ratios and the dense limit check
-every optimized trajectory must pass."""
+SI units) over a trajectory, cond(W_base) on a dense grid, limit ratios, the dense limit check
+every optimized trajectory must pass, and the optimizer's dense-grid checks: the linear limits
+made to hold (enforce_dense), the clearance (collision_violation) and motor-torque
+(torque_violation) excess between the optimization grid's samples."""
 from __future__ import annotations
 import casadi as ca
 import numpy as np
+from .fourier import FourierTrajectory
 from .problem import ExcitationProblem
 
 
@@ -108,3 +111,57 @@ def check_trajectory(model, traj, limits: dict, n_samples: int, tol: float = 1e-
             raise ValueError(f"trajectory violates the workspace constraint z >= {limits['z_min']:g} m "
                              f"at sample {k} (t = {t[k]:.4f} s): origin of the frame of {names[j]} "
                              f"at z = {z[k, j]:.4f} m")
+
+
+def collision_violation(caps, tr, n_check: int, margin):
+    """(how far [m] the closest capsule pair of `tr` on the dense grid is inside the margin, 0
+    when it holds; sentence naming the pair and time; {"clearance <pair>": violation [m]})."""
+    if caps is None:
+        return 0.0, "", {}
+    t = np.arange(n_check) * (tr.period / n_check)
+    D = caps.distances(tr.evaluate(t)[0])
+    if D.size == 0:
+        return 0.0, "", {}
+    labels = caps.pair_labels()
+    per = {f"clearance {l}": max(0.0, float(margin) - float(d)) for l, d in zip(labels, D.min(0))}
+    k, p = np.unravel_index(int(np.argmin(D)), D.shape)
+    v = max(0.0, float(margin) - float(D[k, p]))
+    return v, (f"clearance {labels[p]} between grid samples (t = {t[k]:.3f} s, "
+               f"{1e3 * D[k, p]:.1f} mm, margin {1e3 * margin:.1f} mm)"), per
+
+
+def torque_violation(model, problem, tr, n_check: int) -> np.ndarray:
+    """(n,) how far the exact motor-torque bound / tau_max of `tr` exceeds 1 on the dense grid
+    (0 where it holds, or without a torque limit)."""
+    if problem.torque_limit is None:
+        return np.zeros(model.n)
+    from .torque import torque_ratio
+    t = np.arange(n_check) * (tr.period / n_check)
+    return np.maximum(0.0, torque_ratio(model, problem.torque_limit, *tr.evaluate(t)).max(0) - 1.0)
+
+
+def enforce_dense(model, tr: FourierTrajectory, lim: dict, n_check: int):
+    """Make the linear limits hold on the dense check grid and measure the table clearance.
+
+    Each joint whose motion exceeds a limit between optimization grid samples is scaled about its
+    start pose by exactly the factor that brings it back (q0 + f (q - q0) stays between q0 and q,
+    and qd, qdd scale by f). Returns (trajectory, workspace violation [m], 0 when it holds).
+    """
+    t = np.arange(n_check) * (tr.period / n_check)
+    q, qd, qdd = tr.evaluate(t)
+    dq = q - tr.q0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.vstack([
+            np.where(dq.max(0) > 0, (lim["q_max"] - tr.q0) / dq.max(0), np.inf),
+            np.where(dq.min(0) < 0, (lim["q_min"] - tr.q0) / dq.min(0), np.inf),
+            lim["qd_max"] / np.abs(qd).max(0), lim["qdd_max"] / np.abs(qdd).max(0)]).min(0)
+    f = np.where(np.isfinite(f), f, 1.0)
+    if np.any(f < 1.0):
+        f = np.minimum(1.0, f * (1.0 - 1e-12))
+        tr = FourierTrajectory(tr.q0, tr.a * f[:, None], tr.b * f[:, None], tr.wf, 1,
+                               tr.joint_names, tr.meta)
+        q = tr.evaluate(t)[0]
+    z_viol = 0.0
+    if lim.get("z_min") is not None:
+        z_viol = max(0.0, float(lim["z_min"] - model.link_origins(q)[:, 1:, 2].min()))
+    return tr, z_viol

@@ -206,7 +206,7 @@ class FourierTrajectory:
         if self.joint_names is not None:
             d["joint_names"] = list(self.joint_names)
         if self.meta:
-            d["meta"] = _plain(self.meta)
+            d["meta"] = to_plain(self.meta)
         return d
 
     @classmethod
@@ -294,8 +294,9 @@ def complete_rest(a_free: np.ndarray, b_free: np.ndarray) -> tuple[np.ndarray, n
     return np.hstack([a1, a_free]), np.hstack([b1, b_free])
 
 
-def _plain(o):
+def to_plain(o):
     """Metadata -> plain Python types for YAML / Python's json: :func:`~identify.common.jsonutil.
     to_jsonable` keeping non-finite floats (YAML writes .inf/.nan and reads them back; unlimited
-    joint ranges -inf..inf must round-trip). Kept under this name for identify.excitation.optimizer."""
+    joint ranges -inf..inf must round-trip); used for the trajectory meta, the problem's
+    settings and the cached results (identify.excitation.cache)."""
     return to_jsonable(o, nonfinite="keep", where="trajectory meta")

@@ -5,21 +5,25 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import casadi as ca
 import numpy as np
 from identify.common import interrupts
-from .cache import _problem_key
+from .cache import problem_key
 from .conditioning import base_regressor_function
 from .parametrization import free_basis, states_on_grid
-from .problem import ExcitationProblem, _rms_bounds, resolve_start, scaled_limits
+from .problem import ExcitationProblem, rms_bounds, resolve_start, scaled_limits
 
 
 # ------------------------------------------------------------------------------------------------
 # the NLP
 # ------------------------------------------------------------------------------------------------
 @dataclass
-class _NLP:
+class NLP:
+    """The built IPOPT problem of an ExcitationProblem (:func:`build_nlp`): the solver, the
+    bounds of its constraint rows g (lbg, ubg) and variables (lbx, ubx), g and f as CasADi
+    Functions of x, and per row what the screening (identify.excitation.optimizer) and the
+    error messages need."""
     solver: ca.Function
     lbg: np.ndarray
     ubg: np.ndarray
@@ -96,7 +100,7 @@ class _NLP:
         return (ca.vertcat(*g) if g else ca.MX(0, 1)), cbs
 
 
-#: IPOPT options of a warm-started re-solve (see _NLP.sub_solver)
+#: IPOPT options of a warm-started re-solve (see NLP.sub_solver)
 WARM_START_OPTIONS = {"ipopt.warm_start_init_point": "yes", "ipopt.mu_init": 1e-4,
                       "ipopt.warm_start_bound_push": 1e-6, "ipopt.warm_start_bound_frac": 1e-6,
                       "ipopt.warm_start_slack_bound_push": 1e-6,
@@ -413,26 +417,86 @@ class _RowsCallback(ca.Callback):
         return self._jac
 
 
-def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1,
-               information0=None) -> _NLP:
+def build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1,
+              information0=None) -> NLP:
     """The IPOPT problem of `problem`. constraint_stride > 1: the linear limit rows only at every
     constraint_stride-th grid sample, tightened by cos(pi H stride / N) instead (Ehlich-Zeller on
     that coarser grid, so the limits still hold in continuous time; a cheaper first stage).
     information0 (p, p): information already held (D / A-optimal objectives)."""
     cs = int(constraint_stride)
-    key = (id(model), _problem_key(model, problem, bp, seed=None, n_starts=None,
-                                   information0=information0), cs)
+    key = (id(model), problem_key(model, problem, bp, seed=None, n_starts=None,
+                                  information0=information0), cs)
     if key in _NLP_CACHE:
         return _NLP_CACHE[key]
     t0 = time.perf_counter()
+    H, N = problem.harmonics, problem.n_grid
+    v = _variables(model, problem)
+    f, keep = _objective(model, problem, bp, v, information0)
+    if cs < 1 or N % cs or N // cs < 2 * H + 1:
+        raise ValueError(f"constraint stride {cs} must divide n_grid = {N} and leave at least "
+                         f"2H+1 = {2 * H + 1} constraint samples")
+    bound = math.cos(math.pi * H * cs / N)  # Ehlich-Zeller: grid bound -> continuous-time bound
+    rows = _Rows()
+    lim = scaled_limits(model, problem)
+    _limit_rows(rows, v, lim, cs, bound)
+    callbacks = [cb for cb in (_table_rows(rows, model, problem, v, lim),
+                               _clearance_rows(rows, model, problem, v),
+                               _torque_rows(rows, model, problem, v, cs)) if cb is not None]
+    _rms_rows(rows, model, problem, v)
+    G = ca.vertcat(*rows.parts) if rows.parts else ca.MX(0, 1)
+    lbg = np.concatenate(rows.lbg) if rows.lbg else np.zeros(0)
+    ubg = np.concatenate(rows.ubg) if rows.ubg else np.zeros(0)
+    lbx, ubx = _variable_bounds(v, lim)
+    opts = _ipopt_options(problem)
+    solver = ca.nlpsol("excitation", "ipopt", {"x": v.x, "f": f, "g": G}, opts)
+    linear, sample, kinds = _row_tables(rows.groups, lbg.size, cs, N)
+    nlp = NLP(solver=solver, lbg=lbg, ubg=ubg, lbx=lbx, ubx=ubx, groups=rows.groups,
+              g_fun=ca.Function("g", [v.x], [G]), f_fun=ca.Function("f", [v.x], [f]), bp=bp,
+              build_time_s=time.perf_counter() - t0, keep=keep, symbols=(v.x, f, G), opts=opts,
+              callbacks=callbacks, parts=rows.parts, sources=rows.sources,
+              linear=linear, sample=sample, kinds=kinds)
+    if len(_NLP_CACHE) > 8:
+        _NLP_CACHE.clear()
+    _NLP_CACHE[key] = nlp
+    return nlp
+
+
+@dataclass(frozen=True)
+class _Variables:
+    """The NLP variables x (MX, nx = n m + n_free) and the motion they give on the grid:
+    Q, QD, QDD (n, N) MX [rad, rad/s, rad/s^2]; the bases P, V, A (N, m) of free_basis, the
+    start pose q_start (n,) and its free joints `free` (n,) bool."""
+    x: ca.MX
+    Q: ca.MX
+    QD: ca.MX
+    QDD: ca.MX
+    n: int
+    m: int
+    free: np.ndarray
+    q_start: np.ndarray
+    P: np.ndarray
+    V: np.ndarray
+    A: np.ndarray
+
+    @property
+    def nx(self) -> int:
+        return int(self.x.shape[0])
+
+    def sample_rows(self, h: ca.Function, name: str, k=slice(None)):
+        """(rows h at the grid samples k as generated C, the CasADi callback evaluating them)."""
+        rows = _SampleRows(h, self.n, self.m, self.free, self.q_start, self.P[k], self.V[k],
+                           self.A[k])
+        return rows, _RowsCallback(name, rows, self.nx)
+
+
+def _variables(model, problem: ExcitationProblem) -> _Variables:
+    """The decision variables of `problem` (module docstring of identify.excitation.optimizer)."""
     n, H, N, wf = model.n, problem.harmonics, problem.n_grid, problem.wf
     m = 2 * (H - 1)
     q_start, free = resolve_start(model, problem)
     nf = int(free.sum())
-    lim = scaled_limits(model, problem)
     t = np.arange(N) * (problem.period / N)
     P, V, A = free_basis(H, wf, t)
-
     x = ca.MX.sym("x", n * m + nf)
     X = ca.reshape(x[:n * m], m, n).T                       # (n, m), row i = joint i
     q0 = []
@@ -447,113 +511,150 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
     Q = ca.repmat(q0, 1, N) + ca.mtimes(X, ca.DM(P.T))       # (n, N)
     QD = ca.mtimes(X, ca.DM(V.T))
     QDD = ca.mtimes(X, ca.DM(A.T))
+    return _Variables(x, Q, QD, QDD, n, m, free, q_start, P, V, A)
 
-    keep = None
-    if problem.hessian == "exact":      # needs second derivatives: the CasADi graph of J
+
+def _objective(model, problem: ExcitationProblem, bp, v: _Variables, information0):
+    """(MX objective of x, the callback behind it or None). hessian="exact" needs second
+    derivatives: the CasADi graph of J; else first derivatives only: compiled C + numpy."""
+    if problem.hessian == "exact":
         fb = base_regressor_function(model, bp, problem.terms, problem.coulomb_eps)
-        Wt = fb.map(N, "serial")(Q, QD, QDD)                     # (p, n*N) = W^T
+        Wt = fb.map(problem.n_grid, "serial")(v.Q, v.QD, v.QDD)   # (p, n*N) = W^T
         p = Wt.shape[0]
         M = ca.mtimes(Wt, Wt.T)
-        f = _power_objective(M, p, int(problem.objective_power))
-    else:                               # first derivatives only: compiled C + numpy (faster)
-        keep = _ObjCallback("J", _FastObjective(model, problem, bp, free, q_start, P, V, A,
-                                                information0), n * m + nf)
-        f = keep(x)
+        return _power_objective(M, p, int(problem.objective_power)), None
+    keep = _ObjCallback("J", _FastObjective(model, problem, bp, v.free, v.q_start, v.P, v.V, v.A,
+                                            information0), v.nx)
+    return keep(v.x), keep
 
-    if cs < 1 or N % cs or N // cs < 2 * H + 1:
-        raise ValueError(f"constraint stride {cs} must divide n_grid = {N} and leave at least "
-                         f"2H+1 = {2 * H + 1} constraint samples")
-    bound = math.cos(math.pi * H * cs / N)  # Ehlich-Zeller: grid bound -> continuous-time bound
-    g, lbg, ubg, groups = [], [], [], []
-    off = 0
 
-    sources = []    # per group: None (an MX expression) or (_SampleRows, first output row, sign)
+@dataclass
+class _Rows:
+    """The constraint rows as they are added, group by group: their MX `parts`, bounds,
+    `groups` (label, joint index, slice into g, kind) and `sources` (None: an MX expression, or
+    (_SampleRows, first output row, sign))."""
+    parts: list = field(default_factory=list)
+    lbg: list = field(default_factory=list)
+    ubg: list = field(default_factory=list)
+    groups: list = field(default_factory=list)
+    sources: list = field(default_factory=list)
+    off: int = 0
 
-    def add(expr, lo, hi, label, joint, kind, src=None):
-        nonlocal off
+    def add(self, expr, lo, hi, label, joint, kind, src=None) -> None:
         sz = expr.shape[0] * expr.shape[1]
-        g.append(ca.reshape(expr, sz, 1))
-        sources.append(src)
-        lbg.append(np.broadcast_to(lo, (sz,)))
-        ubg.append(np.broadcast_to(hi, (sz,)))
-        groups.append((label, joint, slice(off, off + sz), kind))
-        off += sz
+        self.parts.append(ca.reshape(expr, sz, 1))
+        self.sources.append(src)
+        self.lbg.append(np.broadcast_to(lo, (sz,)))
+        self.ubg.append(np.broadcast_to(hi, (sz,)))
+        self.groups.append((label, joint, slice(self.off, self.off + sz), kind))
+        self.off += sz
 
-    for i in range(n):
+
+def _limit_rows(rows: _Rows, v: _Variables, lim: dict, cs: int, bound: float) -> None:
+    """Position, velocity, acceleration limits scaled to +-bound at every cs-th grid sample."""
+    for i in range(v.n):
         lo, hi = lim["q_min"][i], lim["q_max"][i]
         if np.isfinite(lo) and np.isfinite(hi):
             c, h = 0.5 * (lo + hi), 0.5 * (hi - lo)
-            add(((Q[i, ::cs] - c) / h).T, -bound, bound, "position limit", i, "q")
+            rows.add(((v.Q[i, ::cs] - c) / h).T, -bound, bound, "position limit", i, "q")
         if np.isfinite(lim["qd_max"][i]):
-            add((QD[i, ::cs] / lim["qd_max"][i]).T, -bound, bound, "velocity limit", i, "qd")
+            rows.add((v.QD[i, ::cs] / lim["qd_max"][i]).T, -bound, bound, "velocity limit", i,
+                     "qd")
         if np.isfinite(lim["qdd_max"][i]):
-            add((QDD[i, ::cs] / lim["qdd_max"][i]).T, -bound, bound, "acceleration limit", i,
-                "qdd")
-    callbacks = []
-    if problem.z_min is not None:
-        # origins whose height never changes (e.g. the shoulder) are settled by check_problem
-        rng = np.random.default_rng(0)
-        lo = np.maximum(lim["q_min"], -math.pi)
-        hi = np.minimum(lim["q_max"], math.pi)
-        z_var = np.ptp(model.link_origins(rng.uniform(lo, hi, (64, n)))[:, :, 2], axis=0)
-        moving = [j for j in range(1, n + 1) if z_var[j] > 1e-9]
-        if moving:
-            # heights at every grid sample as generated C with the exact Jacobian (the MX graph
-            # of the origins mapped over the grid cost ~15 ms per Jacobian evaluation)
-            qs, vs, us = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
-            Oz = model.link_origins_function()(qs)[2, :]
-            h = ca.Function("heights", [qs, vs, us], [ca.vertcat(*[Oz[j] for j in moving])])
-            rows = _SampleRows(h, n, m, free, q_start, P, V, A)
-            cb = _RowsCallback("heights", rows, n * m + nf)
-            callbacks.append(cb)
-            Zr = cb(x)                                             # (len(moving) N,) row-major
-            for r, j in enumerate(moving):
-                add(Zr[r * N:(r + 1) * N], float(problem.z_min), np.inf,
-                    "workspace z >= z_min (origin of frame)", j - 1, "z", (rows, r * N, 1.0))
-    Nc = N // cs
+            rows.add((v.QDD[i, ::cs] / lim["qdd_max"][i]).T, -bound, bound, "acceleration limit",
+                     i, "qdd")
+
+
+def _table_rows(rows: _Rows, model, problem: ExcitationProblem, v: _Variables, lim: dict):
+    """Every moving link origin's height >= z_min [m] at every grid sample; the callback (None:
+    no table, or no origin whose height changes -- those are settled by check_problem)."""
+    if problem.z_min is None:
+        return None
+    n, N = v.n, problem.n_grid
+    rng = np.random.default_rng(0)
+    lo = np.maximum(lim["q_min"], -math.pi)
+    hi = np.minimum(lim["q_max"], math.pi)
+    z_var = np.ptp(model.link_origins(rng.uniform(lo, hi, (64, n)))[:, :, 2], axis=0)
+    moving = [j for j in range(1, n + 1) if z_var[j] > 1e-9]
+    if not moving:
+        return None
+    # heights at every grid sample as generated C with the exact Jacobian (the MX graph
+    # of the origins mapped over the grid cost ~15 ms per Jacobian evaluation)
+    qs, vs, us = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
+    Oz = model.link_origins_function()(qs)[2, :]
+    h = ca.Function("heights", [qs, vs, us], [ca.vertcat(*[Oz[j] for j in moving])])
+    src, cb = v.sample_rows(h, "heights")
+    Zr = cb(v.x)                                             # (len(moving) N,) row-major
+    for r, j in enumerate(moving):
+        rows.add(Zr[r * N:(r + 1) * N], float(problem.z_min), np.inf,
+                 "workspace z >= z_min (origin of frame)", j - 1, "z", (src, r * N, 1.0))
+    return cb
+
+
+def _clearance_rows(rows: _Rows, model, problem: ExcitationProblem, v: _Variables):
+    """Capsule clearance >= collision_margin [m] of every checked pair at every grid sample
+    (screened like the limit rows); the callback, None without collision constraint."""
     ac = collision_model(model, problem) if problem.collision_margin is not None else None
-    if ac is not None:
-        # capsule clearance rows at the constraint samples (screened like the limit rows)
-        fd = ac.distance_function()
-        qs, vs, us = ca.SX.sym("q", n), ca.SX.sym("qd", n), ca.SX.sym("qdd", n)
-        h = ca.Function("clear", [qs, vs, us], [fd(qs)])
-        # on the whole grid in both stages: the rows are screened (only those near their
-        # margin reach IPOPT), and a coarse grid let clearances dip between its samples
-        rows = _SampleRows(h, n, m, free, q_start, P, V, A)
-        cb = _RowsCallback("clearance", rows, n * m + nf)
-        callbacks.append(cb)
-        D = cb(x)                                                  # (R N,) row-major
-        own = ac.row_owner()
-        for k, lab in enumerate(ac.pair_labels()):
-            r = np.flatnonzero(own == k)
-            if r.size:
-                add(D[int(r[0]) * N:(int(r[-1]) + 1) * N], float(problem.collision_margin),
-                    np.inf, f"clearance {lab}", -1, "col", (rows, int(r[0]) * N, 1.0))
-    if problem.torque_limit is not None:
-        from .torque import torque_ratio_function
-        rows = _SampleRows(torque_ratio_function(model, problem.torque_limit),
-                           n, m, free, q_start, P[::cs], V[::cs], A[::cs])
-        cb = _RowsCallback("torque", rows, n * m + nf)
-        callbacks.append(cb)
-        Rt = cb(x)
-        for i in range(n):      # as -ratio >= -1: a dense-grid excess raises the lower bound
-            add(-Rt[i * Nc:(i + 1) * Nc], -1.0, np.inf, "motor-torque limit (-bound / tau_max)",
-                i, "tau", (rows, i * Nc, -1.0))
-    vmin = _rms_bounds(model, problem)
-    if vmin is not None:
-        for i in range(n):
-            if vmin[i] > 0:
-                rms2 = ca.sumsqr(QD[i, :]) / N
-                add(rms2 / vmin[i] ** 2, 1.0, np.inf, "minimum RMS velocity", i, "rms")
-    G = ca.vertcat(*g) if g else ca.MX(0, 1)
-    lbg = np.concatenate(lbg) if lbg else np.zeros(0)
-    ubg = np.concatenate(ubg) if ubg else np.zeros(0)
-    lbx = np.full(n * m + nf, -np.inf)
-    ubx = np.full(n * m + nf, np.inf)
-    for kf, i in enumerate(np.flatnonzero(free)):
-        lbx[n * m + kf] = max(lim["q_min"][i], -1e3)
-        ubx[n * m + kf] = min(lim["q_max"][i], 1e3)
-    opts = {"ipopt.print_level": 0, "print_time": False, "ipopt.sb": "yes",
+    if ac is None:
+        return None
+    N = problem.n_grid
+    fd = ac.distance_function()
+    qs, vs, us = ca.SX.sym("q", v.n), ca.SX.sym("qd", v.n), ca.SX.sym("qdd", v.n)
+    h = ca.Function("clear", [qs, vs, us], [fd(qs)])
+    # on the whole grid in both stages: the rows are screened (only those near their
+    # margin reach IPOPT), and a coarse grid let clearances dip between its samples
+    src, cb = v.sample_rows(h, "clearance")
+    D = cb(v.x)                                                  # (R N,) row-major
+    own = ac.row_owner()
+    for k, lab in enumerate(ac.pair_labels()):
+        r = np.flatnonzero(own == k)
+        if r.size:
+            rows.add(D[int(r[0]) * N:(int(r[-1]) + 1) * N], float(problem.collision_margin),
+                     np.inf, f"clearance {lab}", -1, "col", (src, int(r[0]) * N, 1.0))
+    return cb
+
+
+def _torque_rows(rows: _Rows, model, problem: ExcitationProblem, v: _Variables, cs: int):
+    """Motor-torque bound / tau_max <= 1 per joint at every cs-th grid sample (as -ratio >= -1:
+    a dense-grid excess raises the lower bound); the callback, None without torque limit."""
+    if problem.torque_limit is None:
+        return None
+    from .torque import torque_ratio_function
+    Nc = problem.n_grid // cs
+    src, cb = v.sample_rows(torque_ratio_function(model, problem.torque_limit), "torque",
+                            slice(None, None, cs))
+    Rt = cb(v.x)
+    for i in range(v.n):
+        rows.add(-Rt[i * Nc:(i + 1) * Nc], -1.0, np.inf, "motor-torque limit (-bound / tau_max)",
+                 i, "tau", (src, i * Nc, -1.0))
+    return cb
+
+
+def _rms_rows(rows: _Rows, model, problem: ExcitationProblem, v: _Variables) -> None:
+    """Mean square velocity over the grid / its minimum squared >= 1 per constrained joint."""
+    vmin = rms_bounds(model, problem)
+    if vmin is None:
+        return
+    for i in range(v.n):
+        if vmin[i] > 0:
+            rms2 = ca.sumsqr(v.QD[i, :]) / problem.n_grid
+            rows.add(rms2 / vmin[i] ** 2, 1.0, np.inf, "minimum RMS velocity", i, "rms")
+
+
+def _variable_bounds(v: _Variables, lim: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(lbx, ubx) (nx,): coefficients unbounded, free start angles within their range [rad]."""
+    nm = v.n * v.m
+    lbx = np.full(v.nx, -np.inf)
+    ubx = np.full(v.nx, np.inf)
+    for kf, i in enumerate(np.flatnonzero(v.free)):
+        lbx[nm + kf] = max(lim["q_min"][i], -1e3)
+        ubx[nm + kf] = min(lim["q_max"][i], 1e3)
+    return lbx, ubx
+
+
+def _ipopt_options(problem: ExcitationProblem) -> dict:
+    """IPOPT's options of `problem`'s solve."""
+    return {"ipopt.print_level": 0, "print_time": False, "ipopt.sb": "yes",
             "ipopt.hessian_approximation": problem.hessian, "ipopt.max_iter": int(problem.max_iter),
             "ipopt.tol": float(problem.tol), "ipopt.mu_strategy": problem.mu_strategy,
             "ipopt.limited_memory_max_history": int(problem.lbfgs_history),
@@ -561,10 +662,14 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
             # with relative objective change below problem.obj_change_tol (at an acceptable point)
             "ipopt.acceptable_tol": 1e-2, "ipopt.acceptable_iter": 10,
             "ipopt.acceptable_obj_change_tol": float(problem.obj_change_tol)}
-    solver = ca.nlpsol("excitation", "ipopt", {"x": x, "f": f, "g": G}, opts)
-    linear = np.zeros(lbg.size, bool)
-    sample = np.zeros(lbg.size, int)
-    kinds = np.zeros(lbg.size, "<U4")
+
+
+def _row_tables(groups: list, size: int, cs: int, N: int):
+    """(linear, sample, kinds) (size,) per constraint row: a linear q/qd/qdd limit row, the grid
+    sample index of the row within its group, its kind (q qd qdd z col tau rms)."""
+    linear = np.zeros(size, bool)
+    sample = np.zeros(size, int)
+    kinds = np.zeros(size, "<U4")
     for label, j, sl, kind in groups:
         linear[sl] = kind in ("q", "qd", "qdd")
         kinds[sl] = kind
@@ -573,12 +678,4 @@ def _build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1
             sample[sl] = np.arange(sl.stop - sl.start) % N
         else:
             sample[sl] = np.arange(sl.stop - sl.start) * step
-    nlp = _NLP(solver=solver, lbg=lbg, ubg=ubg, lbx=lbx, ubx=ubx, groups=groups,
-               g_fun=ca.Function("g", [x], [G]), f_fun=ca.Function("f", [x], [f]), bp=bp,
-               build_time_s=time.perf_counter() - t0, keep=keep, symbols=(x, f, G), opts=opts,
-               callbacks=callbacks, parts=g, sources=sources,
-               linear=linear, sample=sample, kinds=kinds)
-    if len(_NLP_CACHE) > 8:
-        _NLP_CACHE.clear()
-    _NLP_CACHE[key] = nlp
-    return nlp
+    return linear, sample, kinds

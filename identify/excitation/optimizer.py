@@ -38,18 +38,17 @@ end point with r = ``polish_power`` (16), which is close to cond itself. To save
 number of constraint rows and dominated the solve time), the first stage constrains only every
 ``screen_stride``-th grid sample with the correspondingly stronger tightening, and the polish sees
 only the rows near their bound plus every ``screen_stride``-th one, re-solving with more rows until
-the whole grid holds (:func:`_screened_solve`). Such a re-solve (and the one after a violation
+the whole grid holds (:func:`screened_solve`). Such a re-solve (and the one after a violation
 found between grid samples) starts from the previous primal-dual point with a small barrier
-parameter (_NLP.sub_solver, WARM_START_OPTIONS): 5-50 iterations instead of 50-100 from a cold
+parameter (NLP.sub_solver, WARM_START_OPTIONS): 5-50 iterations instead of 50-100 from a cold
 start. Starts are independent and run in forked worker processes, one per core
-(:func:`_map_starts`, same result as in one process). Measured on the reference arm (issue-4
-settings, no table or collision, 2 starts): r = 1, 2, 4, 8, 16, 64 alone all end at cond(W_base)
-31-34; r = 4 then 16 ends at 28-30 without screening, 27.7 / 28.2 / 28.5 (seeds 0 / 1 / 2) with
-it, in half the time. IPOPT stops when J has changed by less than ``obj_change_tol`` (relative)
-for 10 iterations. Coulomb
-columns use a smooth sign tanh(qd/eps) inside the optimizer. The figure reported and judged is
-always the plain cond(W_base) with the exact sign, on a grid 10x denser than the optimization grid
-(:attr:`ExcitationResult.cond`).
+(identify.excitation.workers.map_starts, same result as in one process). Measured on the
+reference arm (issue-4 settings, no table or collision, 2 starts): r = 1, 2, 4, 8, 16, 64 alone
+all end at cond(W_base) 31-34; r = 4 then 16 ends at 28-30 without screening, 27.7 / 28.2 / 28.5
+(seeds 0 / 1 / 2) with it, in half the time. IPOPT stops when J has changed by less than
+``obj_change_tol`` (relative) for 10 iterations. Coulomb columns use a smooth sign tanh(qd/eps)
+inside the optimizer. The figure reported and judged is always the plain cond(W_base) with the
+exact sign, on a grid 10x denser than the optimization grid (:attr:`ExcitationResult.cond`).
 
 Constraints at every grid sample (scaled to O(1) by the limits): |qd| <= qd_max, |qdd| <= qdd_max,
 q within [q_min, q_max] (all scaled by ``limit_scale`` about the range centre), optionally every link
@@ -89,16 +88,18 @@ definition (model parameters, kinematics, limits, settings, base-parameter selec
 from __future__ import annotations
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 import numpy as np
 from identify.common import interrupts
-from .fourier import FourierTrajectory, _plain
-from .cache import _load_cache, _problem_key, _save_cache
-from .conditioning import CondEvaluator, base_parameters, limit_ratios, trajectory_cond
-from .objective import _NLP, _build_nlp, collision_model
-from .parametrization import _to_trajectory, _to_x, random_trajectory
+from .fourier import FourierTrajectory, to_plain
+from .cache import load_cache, problem_key, save_cache
+from .conditioning import (CondEvaluator, base_parameters, collision_violation, enforce_dense,
+                           limit_ratios, torque_violation, trajectory_cond)
+from .objective import NLP, build_nlp, collision_model
+from .parametrization import random_trajectory, to_trajectory, to_x
 from .problem import ExcitationInfeasible, ExcitationProblem, ExcitationResult, check_problem, resolve_start, scaled_limits
+from .workers import map_starts
 
 
 def _coarse_stride(problem: ExcitationProblem, lim: dict, q_start, free) -> int:
@@ -124,7 +125,7 @@ def _coarse_stride(problem: ExcitationProblem, lim: dict, q_start, free) -> int:
     return 1
 
 
-def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: ExcitationProblem,
+def screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: ExcitationProblem,
                     warm=None):
     """Solve `nlp` keeping only the constraint rows that can matter (IPOPT's KKT work grows with
     the number of rows; most of the 3 n N limit rows are far from active).
@@ -136,7 +137,7 @@ def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitat
     4 rounds, then the full problem). The returned point therefore satisfies *every* row of the
     full problem whenever the full problem's solve would. screen_stride None/<= 1: full problem.
     warm: (lam_g (all rows), lam_x) of a previous solve of the same rows' problem: the first
-    round then starts from that primal-dual point too (_NLP.sub_solver).
+    round then starts from that primal-dual point too (NLP.sub_solver).
     Returns (solution dict with "lam_g_all": the multipliers of every row (0 for rows left out),
     IPOPT stats of the last solve, total iterations, evaluation time [s]).
     """
@@ -203,7 +204,7 @@ def _screened_solve(nlp: _NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitat
     return sol, st, iters + it, t_ev + ev
 
 
-def _worst_violation(nlp: _NLP, x: np.ndarray, names, lbg=None) -> tuple[float, str]:
+def _worst_violation(nlp: NLP, x: np.ndarray, names, lbg=None) -> tuple[float, str]:
     """Largest bound violation of g at x and a sentence naming its constraint."""
     g = np.asarray(nlp.g_fun(x)).reshape(-1)
     viol = np.maximum((nlp.lbg if lbg is None else lbg) - g, g - nlp.ubg)
@@ -248,7 +249,7 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
             optimize the new trajectory for the combined estimate.
         workers: processes running the starts (None: one per start up to the cores this
             process may use; 1: in this process). The result does not depend on it
-            (:func:`_map_starts`).
+            (identify.excitation.workers.map_starts).
 
     Returns: :class:`ExcitationResult`.
     Raises: :class:`ExcitationInfeasible` naming the constraint when no start finds a feasible
@@ -268,126 +269,135 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         raise ValueError(f"n_starts must be >= 1, got {n_starts!r}")
     check_problem(model, problem)
     bp = base_parameters(model, problem) if bp is None else bp
-    names = list(model.joint_names)
     cache_file = None
     if cache_dir is not None:
-        key = _problem_key(model, problem, bp, seed, int(n_starts), information0)
+        key = problem_key(model, problem, bp, seed, int(n_starts), information0)
         cache_file = Path(cache_dir) / f"excitation-{key[:20]}.yaml"
         if cache_file.exists():
-            res = _load_cache(cache_file, problem)
+            res = load_cache(cache_file, problem)
             if res is not None:
                 return res
-    lim = scaled_limits(model, problem)
-    q_start, free = resolve_start(model, problem)
-    H, N, wf = problem.harmonics, problem.n_grid, problem.wf
-    n_check = 10 * N
-    terms = tuple(problem.terms)
-    # with a polish stage, stage 1 only has to get close: its limit rows on a coarser grid
-    # (tightened so they still hold in continuous time), the polish then uses the full grid
-    coarse = _coarse_stride(problem, lim, q_start, free)
-    nlp = _build_nlp(model, problem, bp, constraint_stride=coarse, information0=information0)
-    cond_check = CondEvaluator(model, bp, terms, n_check)
-    caps = collision_model(model, problem) if problem.collision_margin is not None else None
-    score = _score_function(model, problem, bp, cond_check, information0)
-    starts, best = [], None
-    solver_time = 0.0
-    worst_text = None
-    nlp2 = None
-    if problem.polish_power and problem.objective == "cond":
-        nlp2 = _build_nlp(model, replace(problem, objective_power=int(problem.polish_power),
-                                         max_iter=max(20, int(problem.max_iter) // 3)), bp)
+    run = _Starts.build(model, problem, bp, seed=seed, n_starts=n_starts, progress=progress,
+                        information0=information0)
+    stage1 = map_starts(run.run_start, int(n_starts), workers)
+    best, starts, solver_time = _best_start(run, stage1)
+    res = _result(run, best, starts, solver_time)
+    if cache_file is not None:
+        interrupts.check()      # an interrupted solve is never cached
+        save_cache(cache_file, res)
+        res.cache_file = str(cache_file)
+    return res
 
-    def _shrink_feasible(nlp_k, xs, lbg, q_start, free, H, wf, names, lim, n_check):
-        m = 2 * (H - 1) * model.n
-        for k in range(1, 40):
-            xf = xs.copy()
-            xf[:m] *= 0.9 ** k
-            if _worst_violation(nlp_k, xf, names)[0] > 1e-6:     # the problem's own bounds
-                continue
-            tr_f, z_v = _enforce_dense(model, _to_trajectory(xf, q_start, free, H, wf, names),
-                                       lim, n_check)
-            if (z_v <= 1e-9 and _collision_violation(caps, tr_f, n_check,
-                                                     problem.collision_margin)[0] <= 1e-9
-                    and not np.any(_torque_violation(model, problem, tr_f, n_check) > 1e-9)):
-                return _to_x(tr_f, free)
-        return None
 
-    def z_raised(nlp_k, lbg, which="z"):
-        """How far the table (or clearance) rows of `lbg` were raised over the problem's own."""
-        d = [float(np.max(lbg[sl] - nlp_k.lbg[sl])) for _, _, sl, kind in nlp_k.groups
-             if kind == which and sl.stop > sl.start]
-        return max(d) if d else 0.0
+@dataclass(frozen=True)
+class _Excess:
+    """What the dense check grid found between the optimization grid's samples: the table
+    violation z [m], per pair "clearance <pair>" its violation of the margin and its distance
+    at the start pose [m] (pair, start), per joint the torque excess over tau_max (n,) (tau),
+    and the sentence naming the worst of them."""
+    z: float
+    pair: dict
+    start: dict
+    tau: np.ndarray
+    text: str
 
-    def solve(nlp_k, x0, lbg, screen=True):
-        """One IPOPT solve; a table violation between grid samples raises the table (lbg of the
-        z rows) by what the dense grid found and re-solves warm-started (primal and dual), at
-        most 3 times."""
-        dt, iters, text, tr, t_ev, warm = 0.0, 0, None, None, 0.0, None
-        for attempt in range(4):
-            t0 = time.perf_counter()
-            sol, st, it_k, ev_k = _screened_solve(nlp_k, x0, lbg,
-                                                  problem if screen else None, warm)
-            dt += time.perf_counter() - t0
-            iters += it_k
-            t_ev += ev_k
-            xs = np.asarray(sol["x"]).reshape(-1)
-            viol, text = _worst_violation(nlp_k, xs, names, lbg)
-            ok = bool(np.all(np.isfinite(xs)) and viol <= 1e-6)
-            if not ok:
-                break
-            tr, z_viol = _enforce_dense(model, _to_trajectory(xs, q_start, free, H, wf, names),
-                                        lim, n_check)
-            c_viol, c_text, c_pair = _collision_violation(caps, tr, n_check,
-                                                          problem.collision_margin)
-            t_viol = _torque_violation(model, problem, tr, n_check)
-            if caps is not None:
-                c_start = dict(zip((f"clearance {l}" for l in caps.pair_labels()),
-                                   caps.distances(tr.evaluate(np.zeros(1))[0])[0]))
-            if z_viol <= 1e-9 and c_viol <= 1e-9 and not np.any(t_viol > 1e-9):
-                break
-            ok = False
-            text = (f"workspace z >= z_min between grid samples (dense grid {n_check} samples, "
-                    f"{z_viol:.3g} m below)") if z_viol > 1e-9 else c_text or (
-                f"motor-torque limit between grid samples (dense grid: {1 + t_viol.max():.4f} "
-                f"of tau_max)")
-            lbg = lbg.copy()
-            for label, j, sl, kind in nlp_k.groups:
-                if kind == "z" and z_viol > 1e-9:
-                    lbg[sl] += 1.5 * z_viol + 1e-4
-                if kind == "col" and c_pair[label] > 1e-9:     # that pair's rows only,
-                    # never above what the start pose (t = 0 of every period) itself allows
-                    room = max(0.0, c_start[label] - problem.collision_margin - 1e-3)
-                    lbg[sl] = np.minimum(lbg[sl] + 1.5 * c_pair[label] + 1e-4,
-                                         nlp_k.lbg[sl] + room)
-                if kind == "tau" and t_viol[j] > 1e-9:          # that joint's rows only
-                    lbg[sl] += 1.5 * t_viol[j] + 1e-4
-            x0 = xs
-            warm = (sol["lam_g_all"], np.asarray(sol["lam_x"]).reshape(-1))
-        if not ok and np.all(np.isfinite(xs)) and (caps is not None or
-                                                   problem.torque_limit is not None):
-            # IPOPT can end infeasible on the nonconvex clearance / torque rows: shrink the
-            # motion towards the start pose (which is feasible) until every constraint holds
-            # on the grid and the dense grid; a feasible, if less exciting, trajectory
-            xf = _shrink_feasible(nlp_k, xs, lbg, q_start, free, H, wf, names, lim, n_check)
-            if xf is not None:
-                xs, ok, text = xf, True, None
-                tr = _to_trajectory(xs, q_start, free, H, wf, names)
-        return {"ok": ok, "x": xs, "tr": tr, "text": text, "lbg": lbg, "time_s": dt, "eval_s": t_ev,
-                "iterations": iters, "status": st.get("return_status", "?"),
-                "objective": float(sol["f"])}
 
-    def polish(entry, r1):
+@dataclass(frozen=True)
+class _Starts:
+    """The solve context of one optimize_excitation call, shared by its starts: the built
+    problems (stage 1 `nlp`; the cond polish `nlp2` or None), the dense-grid figures
+    (cond_check, score: trajectory -> criterion, lower is better), the capsules (None without
+    collision constraint), limits, start pose, and the call's settings. run_start(s) is the
+    start job identify.excitation.workers.map_starts runs (a forked worker inherits it)."""
+    model: object
+    problem: ExcitationProblem
+    bp: object
+    nlp: NLP
+    nlp2: NLP | None
+    cond_check: CondEvaluator
+    caps: object
+    score: object
+    lim: dict
+    q_start: np.ndarray
+    free: np.ndarray
+    names: list
+    n_check: int
+    coarse: int
+    seed: int
+    n_starts: int
+    progress: bool
+
+    @classmethod
+    def build(cls, model, problem, bp, *, seed, n_starts, progress, information0) -> "_Starts":
+        """Build the NLPs and the dense-grid evaluators of `problem`."""
+        lim = scaled_limits(model, problem)
+        q_start, free = resolve_start(model, problem)
+        n_check = 10 * problem.n_grid
+        # with a polish stage, stage 1 only has to get close: its limit rows on a coarser grid
+        # (tightened so they still hold in continuous time), the polish then uses the full grid
+        coarse = _coarse_stride(problem, lim, q_start, free)
+        nlp = build_nlp(model, problem, bp, constraint_stride=coarse, information0=information0)
+        cond_check = CondEvaluator(model, bp, tuple(problem.terms), n_check)
+        caps = collision_model(model, problem) if problem.collision_margin is not None else None
+        score = _score_function(model, problem, bp, cond_check, information0)
+        nlp2 = None
+        if problem.polish_power and problem.objective == "cond":
+            nlp2 = build_nlp(model, replace(problem, objective_power=int(problem.polish_power),
+                                            max_iter=max(20, int(problem.max_iter) // 3)), bp)
+        return cls(model=model, problem=problem, bp=bp, nlp=nlp, nlp2=nlp2,
+                   cond_check=cond_check, caps=caps, score=score, lim=lim, q_start=q_start,
+                   free=free, names=list(model.joint_names), n_check=n_check, coarse=coarse,
+                   seed=int(seed), n_starts=int(n_starts), progress=bool(progress))
+
+    def trajectory(self, x: np.ndarray) -> FourierTrajectory:
+        """NLP variables x -> the trajectory (identify.excitation.parametrization.to_trajectory)."""
+        pr = self.problem
+        return to_trajectory(x, self.q_start, self.free, pr.harmonics, pr.wf, self.names)
+
+    def run_start(self, s: int) -> tuple[dict, dict]:
+        """One start: stage 1 from its seeded initial guess, then (cond) its polish.
+        Returns (the start's entry of ExcitationResult.starts, the kept solve's result)."""
+        rng = np.random.default_rng([self.seed, s])
+        x0 = to_x(initial_guess(self.model, self.problem, rng, self.lim, self.caps), self.free)
+        # clearance rows are screened in both stages (most pairs stay far apart)
+        r1 = self.solve(self.nlp, x0, self.nlp.lbg.copy(),
+                        screen=self.coarse == 1 or self.caps is not None)
+        cond = self.score(r1["tr"]) if r1["ok"] else np.inf
+        entry = {"start": s, "status": r1["status"], "iterations": r1["iterations"],
+                 "time_s": r1["time_s"], "eval_time_s": r1["eval_s"], "objective": r1["objective"],
+                 "cond": float(cond), "feasible": bool(r1["ok"])}
+        out = r1
+        if r1["ok"] and self.nlp2 is not None:
+            entry, out = self.polish(entry, r1)
+        if self.progress:
+            self._report(s, entry, r1)
+        return entry, out
+
+    def _report(self, s: int, entry: dict, r1: dict) -> None:
+        """The progress line of start s."""
+        from identify.common.progress import message
+        problem = self.problem
+        message(f"excitation start {s + 1}/{self.n_starts}: "
+                f"{ipopt_status_text(entry['status'], r1['ok'], problem.max_iter)}, "
+                f"{entry['iterations']} it" +
+                (f" + polish {entry['polish_iterations']} it" if "polish_iterations" in entry
+                 else "") + f", {entry['time_s']:.1f} s, "
+                f"{'cond' if problem.objective == 'cond' else problem.objective} "
+                f"{entry['cond']:.4g}")
+
+    def polish(self, entry: dict, r1: dict) -> tuple[dict, dict]:
         """The cond polish of a feasible start (stage 1's raised rows kept): (entry, result)."""
+        nlp, nlp2 = self.nlp, self.nlp2
         lbg2 = nlp2.lbg.copy()
         raised = {(lab, j): float(np.max(r1["lbg"][sl] - nlp.lbg[sl])) for lab, j, sl, kind
                   in nlp.groups if kind in ("col", "tau") and sl.stop > sl.start}
         for lab, j, sl, kind in nlp2.groups:
             if kind == "z":
-                lbg2[sl] += z_raised(nlp, r1["lbg"])
+                lbg2[sl] += _raised(nlp, r1["lbg"])
             elif kind in ("col", "tau"):   # each pair / joint keeps stage 1's raise
                 lbg2[sl] += raised.get((lab, j), 0.0)
-        r2 = solve(nlp2, r1["x"], lbg2)
-        c2 = score(r2["tr"]) if r2["ok"] else np.inf
+        r2 = self.solve(nlp2, r1["x"], lbg2)
+        c2 = self.score(r2["tr"]) if r2["ok"] else np.inf
         entry.update(polish_status=r2["status"], polish_iterations=r2["iterations"],
                      polish_time_s=r2["time_s"], polish_cond=float(c2),
                      stage1_cond=entry["cond"])
@@ -398,31 +408,113 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
             return entry, r2
         return entry, r1
 
-    def run_start(s):
-        """One start: stage 1 from its seeded initial guess, then (cond) its polish."""
-        rng = np.random.default_rng([int(seed), s])
-        x0 = _to_x(_initial_guess(model, problem, rng, lim, caps), free)
-        # clearance rows are screened in both stages (most pairs stay far apart)
-        r1 = solve(nlp, x0, nlp.lbg.copy(), screen=coarse == 1 or caps is not None)
-        cond = score(r1["tr"]) if r1["ok"] else np.inf
-        entry = {"start": s, "status": r1["status"], "iterations": r1["iterations"],
-                 "time_s": r1["time_s"], "eval_time_s": r1["eval_s"], "objective": r1["objective"],
-                 "cond": float(cond), "feasible": bool(r1["ok"])}
-        out = r1
-        if r1["ok"] and nlp2 is not None:
-            entry, out = polish(entry, r1)
-        if progress:
-            from identify.common.progress import message
-            message(f"excitation start {s + 1}/{n_starts}: "
-                    f"{ipopt_status_text(entry['status'], r1['ok'], problem.max_iter)}, "
-                    f"{entry['iterations']} it" +
-                    (f" + polish {entry['polish_iterations']} it" if "polish_iterations" in entry
-                     else "") + f", {entry['time_s']:.1f} s, "
-                    f"{'cond' if problem.objective == 'cond' else problem.objective} "
-                    f"{entry['cond']:.4g}")
-        return entry, out
+    def solve(self, nlp_k: NLP, x0: np.ndarray, lbg: np.ndarray, screen: bool = True) -> dict:
+        """One IPOPT solve; a table, clearance or torque violation between grid samples raises
+        those rows (lbg) by what the dense grid found and re-solves warm-started (primal and
+        dual), at most 3 times. A start left infeasible on the clearance / torque rows is
+        shrunk towards its start pose (:meth:`shrink_feasible`). Returns {"ok", "x", "tr",
+        "text" (the worst violation), "lbg", "time_s", "eval_s", "iterations", "status",
+        "objective"}."""
+        dt, iters, text, tr, t_ev, warm = 0.0, 0, None, None, 0.0, None
+        for attempt in range(4):
+            t0 = time.perf_counter()
+            sol, st, it_k, ev_k = screened_solve(nlp_k, x0, lbg,
+                                                  self.problem if screen else None, warm)
+            dt += time.perf_counter() - t0
+            iters += it_k
+            t_ev += ev_k
+            xs = np.asarray(sol["x"]).reshape(-1)
+            viol, text = _worst_violation(nlp_k, xs, self.names, lbg)
+            ok = bool(np.all(np.isfinite(xs)) and viol <= 1e-6)
+            if not ok:
+                break
+            tr, excess = self.dense_check(xs)
+            if excess is None:
+                break
+            ok, text = False, excess.text
+            lbg = _raise_rows(nlp_k, lbg, excess, self.problem.collision_margin)
+            x0 = xs
+            warm = (sol["lam_g_all"], np.asarray(sol["lam_x"]).reshape(-1))
+        if not ok and np.all(np.isfinite(xs)) and (self.caps is not None or
+                                                   self.problem.torque_limit is not None):
+            # IPOPT can end infeasible on the nonconvex clearance / torque rows: shrink the
+            # motion towards the start pose (which is feasible) until every constraint holds
+            # on the grid and the dense grid; a feasible, if less exciting, trajectory
+            xf = self.shrink_feasible(nlp_k, xs)
+            if xf is not None:
+                xs, ok, text = xf, True, None
+                tr = self.trajectory(xs)
+        return {"ok": ok, "x": xs, "tr": tr, "text": text, "lbg": lbg, "time_s": dt, "eval_s": t_ev,
+                "iterations": iters, "status": st.get("return_status", "?"),
+                "objective": float(sol["f"])}
 
-    stage1 = _map_starts(run_start, int(n_starts), workers)
+    def dense_check(self, xs: np.ndarray) -> tuple[FourierTrajectory, _Excess | None]:
+        """(the trajectory of xs with its linear limits made to hold on the dense grid, what
+        it still violates there: None when every constraint holds)."""
+        model, problem, caps, n_check = self.model, self.problem, self.caps, self.n_check
+        tr, z_viol = enforce_dense(model, self.trajectory(xs), self.lim, n_check)
+        c_viol, c_text, c_pair = collision_violation(caps, tr, n_check,
+                                                      problem.collision_margin)
+        t_viol = torque_violation(model, problem, tr, n_check)
+        c_start = {}
+        if caps is not None:
+            c_start = dict(zip((f"clearance {l}" for l in caps.pair_labels()),
+                               caps.distances(tr.evaluate(np.zeros(1))[0])[0]))
+        if z_viol <= 1e-9 and c_viol <= 1e-9 and not np.any(t_viol > 1e-9):
+            return tr, None
+        text = (f"workspace z >= z_min between grid samples (dense grid {n_check} samples, "
+                f"{z_viol:.3g} m below)") if z_viol > 1e-9 else c_text or (
+            f"motor-torque limit between grid samples (dense grid: {1 + t_viol.max():.4f} "
+            f"of tau_max)")
+        return tr, _Excess(z=z_viol, pair=c_pair, start=c_start, tau=t_viol, text=text)
+
+    def shrink_feasible(self, nlp_k: NLP, xs: np.ndarray) -> np.ndarray | None:
+        """xs with its motion scaled by 0.9^k towards the start pose, for the first k < 40 at
+        which every row of nlp_k's own problem and the dense grid hold; None if none does."""
+        m = 2 * (self.problem.harmonics - 1) * self.model.n
+        for k in range(1, 40):
+            xf = xs.copy()
+            xf[:m] *= 0.9 ** k
+            if _worst_violation(nlp_k, xf, self.names)[0] > 1e-6:     # the problem's own bounds
+                continue
+            tr_f, z_v = enforce_dense(self.model, self.trajectory(xf), self.lim, self.n_check)
+            if (z_v <= 1e-9 and collision_violation(self.caps, tr_f, self.n_check,
+                                                     self.problem.collision_margin)[0] <= 1e-9
+                    and not np.any(torque_violation(self.model, self.problem, tr_f,
+                                                     self.n_check) > 1e-9)):
+                return to_x(tr_f, self.free)
+        return None
+
+
+def _raised(nlp_k: NLP, lbg: np.ndarray, which: str = "z") -> float:
+    """How far the table (or clearance) rows of `lbg` were raised over the problem's own."""
+    d = [float(np.max(lbg[sl] - nlp_k.lbg[sl])) for _, _, sl, kind in nlp_k.groups
+         if kind == which and sl.stop > sl.start]
+    return max(d) if d else 0.0
+
+
+def _raise_rows(nlp_k: NLP, lbg: np.ndarray, ex: _Excess, margin) -> np.ndarray:
+    """A copy of lbg with the table rows, the violating pairs' clearance rows and the violating
+    joints' torque rows raised by 1.5 x the dense grid's excess (+ 1e-4); a pair's rows never
+    above what the start pose (t = 0 of every period) itself allows."""
+    lbg = lbg.copy()
+    for label, j, sl, kind in nlp_k.groups:
+        if kind == "z" and ex.z > 1e-9:
+            lbg[sl] += 1.5 * ex.z + 1e-4
+        if kind == "col" and ex.pair[label] > 1e-9:     # that pair's rows only
+            room = max(0.0, ex.start[label] - margin - 1e-3)
+            lbg[sl] = np.minimum(lbg[sl] + 1.5 * ex.pair[label] + 1e-4, nlp_k.lbg[sl] + room)
+        if kind == "tau" and ex.tau[j] > 1e-9:          # that joint's rows only
+            lbg[sl] += 1.5 * ex.tau[j] + 1e-4
+    return lbg
+
+
+def _best_start(run: _Starts, stage1: list) -> tuple[tuple, list, float]:
+    """((criterion, trajectory, objective) of the best feasible start, the starts' entries,
+    total solver time [s]). Raises ExcitationInfeasible naming the worst violated constraint
+    when no start is feasible."""
+    problem = run.problem
+    starts, best, solver_time, worst_text = [], None, 0.0, None
     for entry, out in stage1:
         if not out["ok"]:
             worst_text = out["text"]
@@ -431,22 +523,29 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         cond = entry["cond"]
         if problem.objective != "cond":      # `cond` held the criterion: keep both
             entry.update(criterion=float(cond),
-                         cond=float(cond_check(out["tr"])) if out["ok"] else float("inf"))
+                         cond=float(run.cond_check(out["tr"])) if out["ok"] else float("inf"))
         starts.append(entry)
         if out["ok"] and (best is None or cond < best[0]):
             best = (cond, out["tr"], out["objective"])
     if best is None:
         raise ExcitationInfeasible(
-            f"no feasible excitation trajectory found in {n_starts} start(s) "
+            f"no feasible excitation trajectory found in {run.n_starts} start(s) "
             f"(IPOPT: {ipopt_status_text(starts[-1]['status'], False, problem.max_iter)}); "
             f"worst violated constraint: {worst_text}")
+    return best, starts, solver_time
+
+
+def _result(run: _Starts, best: tuple, starts: list, solver_time: float) -> ExcitationResult:
+    """The ExcitationResult of the best start: its figures on the dense grid and its meta."""
+    model, problem, bp, lim, n_check = run.model, run.problem, run.bp, run.lim, run.n_check
     _, tr, fval = best
-    cond = float(cond_check(tr))
-    cond_grid = trajectory_cond(model, tr, bp, terms, N)
+    cond = float(run.cond_check(tr))
+    cond_grid = trajectory_cond(model, tr, bp, tuple(problem.terms), problem.n_grid)
     ratios = limit_ratios(tr, lim, n_check)
     meta = {"cond_W_base": cond, "cond_W_base_grid": cond_grid, "n_base": int(len(bp.independent)),
-            "seed": int(seed), "n_starts": int(n_starts), "problem": problem.to_dict(),
-            "limits_used": _plain(lim), "solver_time_s": solver_time}
+            "seed": run.seed, "n_starts": run.n_starts, "problem": problem.to_dict(),
+            "limits_used": to_plain(lim), "solver_time_s": solver_time}
+    caps = run.caps
     if caps is not None:    # what the backends' clearance check must hold (identify.backend.clearance)
         meta["collision"] = {"margin_m": float(problem.collision_margin),
                              "obstacles": [o.to_dict() for o in caps.obstacles],
@@ -457,91 +556,15 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         from .torque import torque_ratio
         tq = tr.evaluate(np.arange(n_check) * (tr.period / n_check))
         meta["torque_ratio_max"] = torque_ratio(model, problem.torque_limit, *tq).max(0).tolist()
-    tr = FourierTrajectory(tr.q0, tr.a, tr.b, tr.wf, 1, tuple(names), meta)
-    res = ExcitationResult(
+    tr = FourierTrajectory(tr.q0, tr.a, tr.b, tr.wf, 1, tuple(run.names), meta)
+    return ExcitationResult(
         trajectory=tr, cond=cond, cond_grid=cond_grid, objective=fval, solver_time_s=solver_time,
-        build_time_s=nlp.build_time_s, limits_used=lim, max_ratio=ratios, starts=starts,
+        build_time_s=run.nlp.build_time_s, limits_used=lim, max_ratio=ratios, starts=starts,
         n_base=int(len(bp.independent)), base_names=list(getattr(bp, "names", [])),
-        problem=problem, seed=int(seed), n_starts=int(n_starts), cache_file=None)
-    if cache_file is not None:
-        interrupts.check()      # an interrupted solve is never cached
-        _save_cache(cache_file, res)
-        res.cache_file = str(cache_file)
-    return res
+        problem=problem, seed=run.seed, n_starts=run.n_starts, cache_file=None)
 
 
-#: the start job of the running _map_starts (inherited by its forked workers)
-_START_JOB = None
-
-
-def _run_start_job(s: int):
-    return _START_JOB(s)
-
-
-def _start_worker_init(parent: int) -> None:
-    """Forked start worker: dies with the parent (identify.common.interrupts.die_with_parent);
-    a parent killed by a signal would otherwise leave its pool workers waiting forever."""
-    interrupts.die_with_parent(parent)
-
-
-def start_workers(n_starts: int, workers: int | None = None) -> int:
-    """How many processes _map_starts uses: `workers` (None: the cores this process may use),
-    at most one per start, and 1 where forking is not safe or possible: not Linux, a daemonic
-    process (a pool worker), or other threads alive (a forked child could inherit a held lock;
-    the interrupt watchdog holds none)."""
-    import multiprocessing as mp
-    import os
-    import sys
-    import threading
-    if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    w = max(1, min(int(workers), int(n_starts)))
-    if (w < 2 or not sys.platform.startswith("linux") or mp.current_process().daemon
-            or sum(not interrupts.is_watchdog(t) for t in threading.enumerate()) > 1):
-        return 1
-    return w
-
-
-def _map_starts(job, n_starts: int, workers: int | None) -> list:
-    """[job(s) for s in range(n_starts)], the independent starts run in forked worker processes
-    when start_workers() allows (the children inherit the built problem, its compiled functions
-    and the one-thread BLAS; every start is seeded by its index, so the results are the same
-    as in one process)."""
-    global _START_JOB
-    w = start_workers(n_starts, workers)
-    if w == 1:
-        return [job(s) for s in range(n_starts)]
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    import os
-    from identify.common.progress import warn
-    _START_JOB = job
-    try:
-        try:        # a pool needs POSIX semaphores (/dev/shm), missing in some containers
-            ex = cf.ProcessPoolExecutor(max_workers=w, mp_context=mp.get_context("fork"),
-                                        initializer=_start_worker_init, initargs=(os.getpid(),))
-        except OSError as exc:
-            warn(f"excitation starts run in one process: no worker pool ({exc})")
-            return [job(s) for s in range(n_starts)]
-        try:
-            with ex:
-                try:
-                    return list(ex.map(_run_start_job, range(n_starts)))
-                except BaseException:
-                    interrupts.stop_pool(ex)    # interrupted: the starts are not waited for
-                    raise
-        except cf.process.BrokenProcessPool:
-            interrupts.check()      # a Ctrl-C (to the whole group) ended the workers
-            # a worker died (e.g. killed by the OOM killer): the starts are seeded by index,
-            # so running them here gives the result the pool would have
-            warn("an excitation start's worker process died; its starts re-run in this process")
-            return [job(s) for s in range(n_starts)]
-    finally:
-        _START_JOB = None
-
-
-
-def _initial_guess(model, problem, rng, lim, caps=None) -> FourierTrajectory:
+def initial_guess(model, problem, rng, lim, caps=None) -> FourierTrajectory:
     """Random trajectory using 70 % of the linear limits, shrunk towards the start pose until it
     also clears the table, keeps the collision margin (the start pose does: check_problem, and
     pairs overlapping there are not checked) and the motor-torque limit (if the start pose's
@@ -565,33 +588,6 @@ def _initial_guess(model, problem, rng, lim, caps=None) -> FourierTrajectory:
             break
         tr = FourierTrajectory(tr.q0, 0.6 * tr.a, 0.6 * tr.b, tr.wf, 1, tr.joint_names)
     return tr
-
-
-def _collision_violation(caps, tr, n_check: int, margin):
-    """(how far [m] the closest capsule pair of `tr` on the dense grid is inside the margin, 0
-    when it holds; sentence naming the pair and time; {"clearance <pair>": violation [m]})."""
-    if caps is None:
-        return 0.0, "", {}
-    t = np.arange(n_check) * (tr.period / n_check)
-    D = caps.distances(tr.evaluate(t)[0])
-    if D.size == 0:
-        return 0.0, "", {}
-    labels = caps.pair_labels()
-    per = {f"clearance {l}": max(0.0, float(margin) - float(d)) for l, d in zip(labels, D.min(0))}
-    k, p = np.unravel_index(int(np.argmin(D)), D.shape)
-    v = max(0.0, float(margin) - float(D[k, p]))
-    return v, (f"clearance {labels[p]} between grid samples (t = {t[k]:.3f} s, "
-               f"{1e3 * D[k, p]:.1f} mm, margin {1e3 * margin:.1f} mm)"), per
-
-
-def _torque_violation(model, problem, tr, n_check: int) -> np.ndarray:
-    """(n,) how far the exact motor-torque bound / tau_max of `tr` exceeds 1 on the dense grid
-    (0 where it holds, or without a torque limit)."""
-    if problem.torque_limit is None:
-        return np.zeros(model.n)
-    from .torque import torque_ratio
-    t = np.arange(n_check) * (tr.period / n_check)
-    return np.maximum(0.0, torque_ratio(model, problem.torque_limit, *tr.evaluate(t)).max(0) - 1.0)
 
 
 def _score_function(model, problem, bp, cond_check, information0):
@@ -618,33 +614,6 @@ def _score_function(model, problem, bp, cond_check, information0):
             return -ld / F.shape[0]
         return float(np.sum(s2 * np.diag(np.linalg.inv(F))))
     return score
-
-
-def _enforce_dense(model, tr: FourierTrajectory, lim: dict, n_check: int):
-    """Make the linear limits hold on the dense check grid and measure the table clearance.
-
-    Each joint whose motion exceeds a limit between optimization grid samples is scaled about its
-    start pose by exactly the factor that brings it back (q0 + f (q - q0) stays between q0 and q,
-    and qd, qdd scale by f). Returns (trajectory, workspace violation [m], 0 when it holds).
-    """
-    t = np.arange(n_check) * (tr.period / n_check)
-    q, qd, qdd = tr.evaluate(t)
-    dq = q - tr.q0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f = np.vstack([
-            np.where(dq.max(0) > 0, (lim["q_max"] - tr.q0) / dq.max(0), np.inf),
-            np.where(dq.min(0) < 0, (lim["q_min"] - tr.q0) / dq.min(0), np.inf),
-            lim["qd_max"] / np.abs(qd).max(0), lim["qdd_max"] / np.abs(qdd).max(0)]).min(0)
-    f = np.where(np.isfinite(f), f, 1.0)
-    if np.any(f < 1.0):
-        f = np.minimum(1.0, f * (1.0 - 1e-12))
-        tr = FourierTrajectory(tr.q0, tr.a * f[:, None], tr.b * f[:, None], tr.wf, 1,
-                               tr.joint_names, tr.meta)
-        q = tr.evaluate(t)[0]
-    z_viol = 0.0
-    if lim.get("z_min") is not None:
-        z_viol = max(0.0, float(lim["z_min"] - model.link_origins(q)[:, 1:, 2].min()))
-    return tr, z_viol
 
 
 def validation_trajectory(model, problem: ExcitationProblem | None = None, *, seed: int = 1,

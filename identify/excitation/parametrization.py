@@ -47,14 +47,18 @@ def states_on_grid(x: np.ndarray, q_start: np.ndarray, free: np.ndarray, P: np.n
     return q0[None, :] + P @ X.T, V @ X.T, A @ X.T
 
 
-def _to_trajectory(x: np.ndarray, q_start: np.ndarray, free: np.ndarray, H: int, wf: float,
+def to_trajectory(x: np.ndarray, q_start: np.ndarray, free: np.ndarray, H: int, wf: float,
                    joint_names, meta=None) -> FourierTrajectory:
+    """NLP variables x -> the trajectory they describe (H harmonics, fundamental wf [rad/s],
+    harmonic 1 from the rest conditions; free start joints' q0 from x, the others q_start)."""
     X, q0 = split_x(x, q_start, free, 2 * (H - 1))
     return FourierTrajectory.from_free(q0, X[:, :H - 1], X[:, H - 1:], wf,
                                        joint_names=tuple(joint_names), meta=meta or {})
 
 
-def _to_x(traj: FourierTrajectory, free: np.ndarray) -> np.ndarray:
+def to_x(traj: FourierTrajectory, free: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`to_trajectory`: (n m + n_free,) the coefficients of harmonics
+    2..H of every joint, then the start pose of the free joints (bool mask `free` (n,))."""
     return np.concatenate([np.hstack([traj.a[:, 1:], traj.b[:, 1:]]).reshape(-1), traj.q0[free]])
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 import numpy as np
-from .fourier import FourierTrajectory, _plain
+from .fourier import FourierTrajectory, to_plain
 
 
 CACHE_VERSION = 5  # bump when the optimizer changes in a way that changes results
@@ -62,7 +62,7 @@ class ExcitationProblem:
         screen_stride, screen_threshold: IPOPT sees only the linear limit rows of every
             screen_stride-th grid sample plus those within screen_threshold of their bound,
             rows being added and the solve repeated until the full grid holds (see
-            :func:`_screened_solve`; same constraints, less linear algebra). With a polish
+            :func:`screened_solve`; same constraints, less linear algebra). With a polish
             stage, the first stage instead has its limit rows only at every screen_stride-th
             sample, tightened by cos(pi H screen_stride / N) so they hold in continuous time
             (used when N / screen_stride >= 2H + 1). None: all rows in both stages.
@@ -130,7 +130,7 @@ class ExcitationProblem:
         return 2.0 * math.pi / self.wf
 
     def to_dict(self) -> dict:
-        return _plain(asdict(self))
+        return to_plain(asdict(self))
 
     def scales(self) -> tuple[float, float, float]:
         s = self.limit_scale
@@ -236,7 +236,9 @@ def scaled_limits(model, problem: ExcitationProblem) -> dict:
             "qdd_max": s_a * np.asarray(L.qdd_max, float), "z_min": problem.z_min}
 
 
-def _rms_bounds(model, problem) -> np.ndarray | None:
+def rms_bounds(model, problem) -> np.ndarray | None:
+    """(n,) minimum RMS velocity per joint [rad/s] of `problem` (one number broadcast to every
+    joint), or None without that constraint."""
     v = problem.min_rms_velocity
     if v is None:
         return None
@@ -312,7 +314,7 @@ def check_problem(model, problem: ExcitationProblem) -> None:
                     f"origin of the frame of {names[j]} is at z = {z[j]:.4f} m", setting="z_min")
     _check_design_settings(model, problem)
     check_start_clearance(model, problem)
-    vmin = _rms_bounds(model, problem)
+    vmin = rms_bounds(model, problem)
     if vmin is not None:
         T = problem.period
         for i in range(n):

@@ -193,16 +193,16 @@ def test_command_line(tmp_path, capsys):
 def test_objective_matches_numpy_and_brackets_cond(model, problem, r):
     """J from the CasADi graph == the same formula in numpy on the smooth-sign regressor, and
     cond(W)^2 <= exp(J) <= p^(2/r) cond(W)^2."""
-    from identify.excitation.objective import _build_nlp
-    from identify.excitation.parametrization import _to_x
+    from identify.excitation.objective import build_nlp
+    from identify.excitation.parametrization import to_x
     from identify.excitation.conditioning import base_regressor
     from identify.excitation.problem import resolve_start
     pr = replace(problem, objective_power=r)
     bp = base_parameters(model, pr)
-    nlp = _build_nlp(model, pr, bp)
+    nlp = build_nlp(model, pr, bp)
     _, free = resolve_start(model, pr)
     tr = random_trajectory(model, pr, np.random.default_rng(11), fill=0.8)
-    J = float(nlp.f_fun(_to_x(tr, free)))
+    J = float(nlp.f_fun(to_x(tr, free)))
     t = np.arange(pr.n_grid) * (tr.period / pr.n_grid)
     W = base_regressor(model, bp, pr.terms, *tr.evaluate(t), coulomb_eps=pr.coulomb_eps)
     lam = np.linalg.eigvalsh(W.T @ W)
@@ -218,18 +218,18 @@ def test_fast_objective_gradient_matches_casadi_graph_and_finite_differences(mod
     _FastObjective) equals the CasADi graph of J (built for hessian='exact'); its gradient
     equals the graph's algorithmic derivative and central finite differences."""
     import casadi as ca
-    from identify.excitation.objective import _build_nlp
-    from identify.excitation.parametrization import _to_x
+    from identify.excitation.objective import build_nlp
+    from identify.excitation.parametrization import to_x
     from identify.excitation.problem import resolve_start
     pr = replace(problem, objective_power=16, start_pose=(None, 0.0),   # a free start joint too
                  collision_margin=None)                     # exact Hessian: no callback rows
     bp = base_parameters(model, pr)
-    fast = _build_nlp(model, pr, bp)
-    graph = _build_nlp(model, replace(pr, hessian="exact"), bp)
+    fast = build_nlp(model, pr, bp)
+    graph = build_nlp(model, replace(pr, hessian="exact"), bp)
     assert fast.keep is not None and graph.keep is None
     _, free = resolve_start(model, pr)
     tr = random_trajectory(model, pr, np.random.default_rng(5), fill=0.8)
-    x = _to_x(tr, free)
+    x = to_x(tr, free)
     assert float(fast.f_fun(x)) == pytest.approx(float(graph.f_fun(x)), rel=1e-10)
     xs = ca.MX.sym("x", x.size)
     g_ad = np.asarray(ca.Function("g", [xs], [ca.gradient(graph.f_fun(xs), xs)])(x)).ravel()
@@ -245,20 +245,20 @@ def test_fast_objective_gradient_matches_casadi_graph_and_finite_differences(mod
 
 
 def test_screened_solve_satisfies_every_row_of_the_full_grid(model, problem):
-    """IPOPT sees only a subset of the limit rows (_screened_solve); the answer must still hold
+    """IPOPT sees only a subset of the limit rows (screened_solve); the answer must still hold
     on every row of the full grid, and a coarse first-stage grid is tightened by Ehlich-Zeller."""
-    from identify.excitation.objective import _build_nlp
-    from identify.excitation.optimizer import _initial_guess, _screened_solve
-    from identify.excitation.parametrization import _to_x
+    from identify.excitation.objective import build_nlp
+    from identify.excitation.optimizer import initial_guess, screened_solve
+    from identify.excitation.parametrization import to_x
     from identify.excitation.problem import resolve_start
     pr = replace(problem, screen_stride=4, screen_threshold=0.6, polish_power=None,
                  screen_min_rows=0)
     bp = base_parameters(model, pr)
-    nlp = _build_nlp(model, pr, bp)
+    nlp = build_nlp(model, pr, bp)
     _, free = resolve_start(model, pr)
     lim = scaled_limits(model, pr)
-    x0 = _to_x(_initial_guess(model, pr, np.random.default_rng(3), lim), free)
-    sol, st, iters, _ = _screened_solve(nlp, x0, nlp.lbg.copy(), pr)
+    x0 = to_x(initial_guess(model, pr, np.random.default_rng(3), lim), free)
+    sol, st, iters, _ = screened_solve(nlp, x0, nlp.lbg.copy(), pr)
     x = np.asarray(sol["x"]).ravel()
     g = np.asarray(nlp.g_fun(x)).ravel()
     assert iters > 0 and np.all(np.isfinite(x))
@@ -268,7 +268,7 @@ def test_screened_solve_satisfies_every_row_of_the_full_grid(model, problem):
     # the solver really saw fewer rows than the full problem has
     assert nlp.subs and all(s_.size_in(4)[0] < nlp.lbg.size for s_, _ in nlp.subs.values())
     # coarse stage-1 grid: rows at every 4th sample, bound cos(pi H 4 / N)
-    c = _build_nlp(model, pr, bp, constraint_stride=4)
+    c = build_nlp(model, pr, bp, constraint_stride=4)
     assert c.linear.sum() * 4 == nlp.linear.sum()
     np.testing.assert_allclose(c.ubg[c.linear], math.cos(math.pi * 3 * 4 / 40))
     np.testing.assert_allclose(nlp.ubg[lin], math.cos(math.pi * 3 / 40))
@@ -278,7 +278,7 @@ def test_screened_solve_satisfies_every_row_of_the_full_grid(model, problem):
     assert np.sum(c.kinds == "col") == np.sum(nlp.kinds == "col") > 0
     assert set(c.sample[c.kinds == "col"]) == set(range(40))
     with pytest.raises(ValueError, match="constraint stride 3 must divide n_grid = 40"):
-        _build_nlp(model, pr, bp, constraint_stride=3)
+        build_nlp(model, pr, bp, constraint_stride=3)
 
 
 # -- the start pose against obstacles and the arm itself (check_problem, before any IPOPT) -------

@@ -14,12 +14,12 @@ import pytest
 from identify.excitation.__main__ import load_model
 from identify.backend.clearance import check_clearance
 from identify.excitation import ExcitationProblem, optimize_excitation
-from identify.excitation.cache import _problem_key
+from identify.excitation.cache import problem_key
 from identify.excitation.fourier import FourierTrajectory
 from identify.excitation.conditioning import base_parameters, base_regressor
 from identify.excitation.information import design_report, information_of
-from identify.excitation.objective import _build_nlp, collision_model
-from identify.excitation.parametrization import _to_x, random_trajectory
+from identify.excitation.objective import build_nlp, collision_model
+from identify.excitation.parametrization import to_x, random_trajectory
 from identify.excitation.problem import resolve_start
 
 SIGMA = (0.05, 0.2)
@@ -48,9 +48,9 @@ def test_information_objective_gradient_matches_finite_differences(model, proble
     pr = replace(pr, theta_prior=_theta(model, pr))
     bp = base_parameters(model, pr)
     F0 = 0.3 * np.eye(len(bp.independent))             # information already held
-    nlp = _build_nlp(model, pr, bp, information0=F0)
+    nlp = build_nlp(model, pr, bp, information0=F0)
     _, free = resolve_start(model, pr)
-    x = _to_x(random_trajectory(model, pr, np.random.default_rng(2), fill=0.8), free)
+    x = to_x(random_trajectory(model, pr, np.random.default_rng(2), fill=0.8), free)
     obj = nlp.keep.obj
     g = obj.gradient(x)
     h = 1e-6
@@ -126,9 +126,9 @@ def test_information_already_held_is_used(model, problem):
     alone = optimize_excitation(model, pr, seed=0, n_starts=1).trajectory
     joint = optimize_excitation(model, pr, seed=0, n_starts=1, information0=F0).trajectory
     assert combined(joint) < 0.9 * combined(alone)
-    k0 = _problem_key(model, pr, bp, 0, 1)
-    assert _problem_key(model, pr, bp, 0, 1, information0=F0) != k0
-    assert _problem_key(model, replace(pr, obstacles=({"type": "plane", "normal": [0, 0, 1],
+    k0 = problem_key(model, pr, bp, 0, 1)
+    assert problem_key(model, pr, bp, 0, 1, information0=F0) != k0
+    assert problem_key(model, replace(pr, obstacles=({"type": "plane", "normal": [0, 0, 1],
                                                        "point_m": [0, 0, 0.3]},)), bp, 0, 1) != k0
 
 

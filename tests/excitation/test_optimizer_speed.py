@@ -12,9 +12,9 @@ import pytest
 from identify.excitation import ExcitationProblem, optimize_excitation
 from identify.excitation.__main__ import load_model
 from identify.excitation.conditioning import base_parameters
-from identify.excitation.objective import _build_nlp
-from identify.excitation.optimizer import _initial_guess, _screened_solve, start_workers
-from identify.excitation.parametrization import _to_x
+from identify.excitation.objective import build_nlp
+from identify.excitation.optimizer import initial_guess, screened_solve
+from identify.excitation.parametrization import to_x
 from identify.excitation.problem import resolve_start, scaled_limits
 
 
@@ -34,7 +34,7 @@ def small():
 def _x0(model, problem, seed=3):
     _, free = resolve_start(model, problem)
     lim = scaled_limits(model, problem)
-    return _to_x(_initial_guess(model, problem, np.random.default_rng(seed), lim), free)
+    return to_x(initial_guess(model, problem, np.random.default_rng(seed), lim), free)
 
 
 def _fresh_python(code: str, timeout: float = 120):
@@ -51,7 +51,7 @@ def _fresh_python(code: str, timeout: float = 120):
 
 
 def test_row_subset_is_the_full_rows_and_its_jacobian_the_derivative(arm, small):
-    nlp = _build_nlp(arm, small, base_parameters(arm, small))
+    nlp = build_nlp(arm, small, base_parameters(arm, small))
     kinds = {nlp.kinds[sl][0] for (_, _, sl, _), src in zip(nlp.groups, nlp.sources) if src}
     assert kinds == {"z", "col"}
     x = _x0(arm, small)
@@ -69,7 +69,7 @@ def test_row_subset_is_the_full_rows_and_its_jacobian_the_derivative(arm, small)
 
 
 def test_kept_rows_are_the_selected_rows_of_g(arm, small):
-    nlp = _build_nlp(arm, small, base_parameters(arm, small))
+    nlp = build_nlp(arm, small, base_parameters(arm, small))
     x = _x0(arm, small, seed=5)
     keep = np.random.default_rng(1).random(nlp.lbg.size) < 0.3
     g_kept, cbs = nlp._kept_rows(keep)
@@ -85,12 +85,12 @@ def test_kept_rows_are_the_selected_rows_of_g(arm, small):
 
 def test_warm_restart_of_a_converged_solve_is_short(arm, small):
     pr = replace(small, polish_power=None)
-    nlp = _build_nlp(arm, pr, base_parameters(arm, pr))
-    sol, _, it_cold, _ = _screened_solve(nlp, _x0(arm, pr), nlp.lbg.copy(), pr)
+    nlp = build_nlp(arm, pr, base_parameters(arm, pr))
+    sol, _, it_cold, _ = screened_solve(nlp, _x0(arm, pr), nlp.lbg.copy(), pr)
     x = np.asarray(sol["x"]).ravel()
     warm = (sol["lam_g_all"], np.asarray(sol["lam_x"]).ravel())
-    sol2, _, it_warm, _ = _screened_solve(nlp, x, nlp.lbg.copy(), pr, warm)
-    cold2, _, it_cold2, _ = _screened_solve(nlp, x, nlp.lbg.copy(), pr)
+    sol2, _, it_warm, _ = screened_solve(nlp, x, nlp.lbg.copy(), pr, warm)
+    cold2, _, it_cold2, _ = screened_solve(nlp, x, nlp.lbg.copy(), pr)
     assert it_warm <= 10 < it_cold2, (it_warm, it_cold2, it_cold)
     assert float(sol2["f"]) == pytest.approx(float(sol["f"]), rel=1e-3)
     g = np.asarray(nlp.g_fun(np.asarray(sol2["x"]).ravel())).ravel()
@@ -105,7 +105,7 @@ def test_starts_in_worker_processes_equal_starts_in_this_process():
         "import json, math, numpy as np\n"
         "from identify.excitation import ExcitationProblem, optimize_excitation\n"
         "from identify.excitation.__main__ import load_model\n"
-        "from identify.excitation.optimizer import start_workers\n"
+        "from identify.excitation.workers import start_workers\n"
         "arm = load_model(None, ['joint2', 'joint3', 'joint4'])\n"
         "pr = ExcitationProblem(harmonics=3, n_grid=40, z_min=0.05, collision_margin=0.02,\n"
         "                       start_pose=(-math.pi / 2, 0.0, -math.pi / 2))\n"
@@ -125,7 +125,7 @@ def test_a_progress_bar_leaves_the_start_workers_available():
     bar, used to make every later design keep its starts in one process. Fresh interpreter, as
     above."""
     code = ("from identify.common import progress\n"
-            "from identify.excitation.optimizer import start_workers\n"
+            "from identify.excitation.workers import start_workers\n"
             "for _ in progress.bar(range(3), desc='x'): pass\n"
             "import threading; print(threading.active_count(), start_workers(2, 2))\n")
     assert _fresh_python(code).stdout.split() == ["1", "2"]
@@ -135,13 +135,13 @@ def test_starts_fall_back_to_this_process_when_a_worker_dies():
     """A worker killed mid-start (OOM killer) must not lose the design: its starts re-run here,
     with a warning. Fresh interpreter, as above."""
     code = ("import os\n"
-            "from identify.excitation.optimizer import _map_starts\n"
+            "from identify.excitation.workers import map_starts\n"
             "parent = os.getpid()\n"
             "def job(s):\n"
             "    if os.getpid() != parent and s == 1:\n"
             "        os._exit(9)\n"
             "    return 10 * s\n"
-            "print(_map_starts(job, 3, 2))\n")
+            "print(map_starts(job, 3, 2))\n")
     res = _fresh_python(code)
     assert res.stdout.strip() == "[0, 10, 20]"
     assert "worker process died" in res.stderr
@@ -149,13 +149,13 @@ def test_starts_fall_back_to_this_process_when_a_worker_dies():
 
 def test_starts_run_in_this_process_without_a_worker_pool(monkeypatch, capsys):
     import concurrent.futures as cf
-    from identify.excitation import optimizer
+    from identify.excitation import workers
 
     def no_pool(*a, **k):
         raise OSError(38, "Function not implemented")
-    monkeypatch.setattr(optimizer, "start_workers", lambda n, w=None: 2)
+    monkeypatch.setattr(workers, "start_workers", lambda n, w=None: 2)
     monkeypatch.setattr(cf, "ProcessPoolExecutor", no_pool)
-    assert optimizer._map_starts(lambda s: s + 1, 3, 2) == [1, 2, 3]
+    assert workers.map_starts(lambda s: s + 1, 3, 2) == [1, 2, 3]
     assert "no worker pool" in capsys.readouterr().err
 
 
@@ -177,13 +177,13 @@ def test_start_workers_die_with_their_parent(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import os, sys, time\n"
-        "from identify.excitation.optimizer import _map_starts\n"
+        "from identify.excitation.workers import map_starts\n"
         "def job(s):\n"
         # one write(2) of < PIPE_BUF bytes is atomic; print() under PYTHONUNBUFFERED makes
         # two writes, and the two workers' lines could interleave
         "    os.write(1, b'%d\\n' % os.getpid())\n"
         "    time.sleep(60)\n"
-        "_map_starts(job, 2, 2)\n")
+        "map_starts(job, 2, 2)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                          env=env)
