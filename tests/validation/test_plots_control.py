@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from identify.backend.contact import Contact
+
 from test_plots import captured  # noqa: F401 -- figures kept open instead of saved
 from test_plots_layout import _assert_figure_legends_outside_panels
 
@@ -48,7 +50,8 @@ def test_collision_plot_legend_and_units(captured, tmp_path):
     r = np.zeros((t.size, 2))
     r[(t > 4.0) & (t < 4.2), 1] = 2.0
     res = {m: SimpleNamespace(t=t, r=r, thresholds=SimpleNamespace(value=np.array([0.5, 0.6])),
-                              band=None, contact={"time_s": 4.0, "duration_s": 0.2},
+                              band=None, contact=Contact(link="link3", time_s=4.0, duration_s=0.2,
+                                                      force_N=(0.0, 0.0, -20.0)),
                               detected=m == "identified", detection_delay_ms=8.0,
                               false_alarms=0) for m in ("identified", "cad")}
     plot_collision(res, ["joint1", "joint2"], tmp_path / "c.png")
