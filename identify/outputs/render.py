@@ -564,10 +564,10 @@ def console_summary(metrics: dict, folder) -> str:
             line += (f"; exported model {ex['overall']:.4f}"
                      + (f" of {export['signal']}" if export.get("signal") else ""))
         lines.append(line)
-    return "\n".join(lines + _headline_summary(metrics.get("headline")) + _control_summary(metrics))
+    return "\n".join(lines + headline_lines(metrics.get("headline")) + _control_summary(metrics))
 
 
-def _headline_summary(h: dict | None) -> list[str]:
+def headline_lines(h: dict | None) -> list[str]:
     """The headline line (the exported model on the validation trajectory against the raw
     signal, beside the nominal URDF) and its WARNING when the fit lost to the nominal URDF."""
     if not h:

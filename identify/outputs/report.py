@@ -26,6 +26,8 @@ import yaml
 from identify.common.fileio import atomic_write_text
 from identify.common.figures import caption as _caption
 
+from .render import headline_lines
+
 __all__ = ["build_report", "PAPER", "render_markdown", "render_html"]
 
 # The paper's figures (reference README): motor-torque RMS [N*m] and the reduction [%].
@@ -125,6 +127,7 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
         pass                      # summary in _logs_blocks; per-joint tables below
     elif rms:
         B.append(("h", 2, "Summary: motor-torque RMS, simplified vs improved joint model"))
+        B.extend(("p", line.strip()) for line in headline_lines(metrics.get("headline")))
         head = ["trajectory", "simplified [N*m]", "improved [N*m]", "reduction [%]",
                 "paper simplified", "paper improved", "paper reduction [%]", "target [%]"]
         rows = []
@@ -442,6 +445,7 @@ def _logs_blocks(folder: Path, metrics: dict) -> list[tuple]:
     B.append(("h", 2, f"Summary: RMS of the fitted models and of the exported model"))
     B.append(("p", f"Fitted signal: **{sig}**; headline model: **{head_model}**. RMS over all "
                    f"joints and samples of predicted minus measured {sig} [N*m]."))
+    B.extend(("p", line.strip()) for line in headline_lines(metrics.get("headline")))
     rms, ex = metrics.get("rms", {}), metrics.get("export", {})
     rows = []
     for traj in ("excitation", "validation"):
