@@ -156,6 +156,42 @@ def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None
                 improved_requested=ident.improved_friction_term if im is not None else None)
 
 
+def consistent_estimator(scn: Scenario) -> str:
+    """The estimator of the physically consistent fit: the scenario's, except ``iv`` (the SDP
+    has no instruments: it weights like wls)."""
+    est = scn.identification.estimator
+    return "wls" if est == "iv" else est
+
+
+def iv_scenario(scn: Scenario, model, base, recs: dict, processed: dict) -> Scenario:
+    """``identification.estimator: iv``: the scenario whose estimator is an
+    :class:`identify.estimation.iv.IV` bound to the instruments of the excitation data -- the
+    same design evaluated on the COMMANDED trajectory processed with the same settings
+    (``processing.velocity: command``), a noise-free reference uncorrelated with the encoder and
+    torque noise; used by the simplified fit and the improved model's stage 1 (``friction:
+    terms``). Any other estimator: `scn` unchanged. ValueError when the excitation recording
+    has no commanded trajectory or the reference is processed onto other samples (held data,
+    resampling)."""
+    import dataclasses
+    from identify.estimation.iv import IV
+    if scn.identification.estimator != "iv":
+        return scn
+    rec, d = recs["excitation"], processed["excitation"]
+    if rec.q_cmd is None:
+        raise ValueError("identification.estimator: iv needs the commanded trajectory (q_cmd) "
+                         "of the excitation recording for its instruments; it has none")
+    ps = dataclasses.replace(ProcessingSettings.from_dict(scn.processing), velocity="command")
+    d_ref = process(rec, ps, delay_s=getattr(d, "delay_s", None))
+    if d_ref.t.shape != d.t.shape or not np.allclose(d_ref.t, d.t):
+        raise ValueError(f"identification.estimator: iv: the commanded trajectory is processed "
+                         f"onto {d_ref.t.size} samples, the excitation data onto {d.t.size} "
+                         f"(held data or resampling); use wls")
+    terms = tuple(scn.identification.friction_terms)
+    Z = design_from(model, base, d_ref, terms=terms, coulomb_eps=coulomb_eps(scn))[0]
+    return dataclasses.replace(scn, identification=dataclasses.replace(
+        scn.identification, estimator=IV(instruments=Z)))
+
+
 def build_truth(scn: Scenario, model, base, recs: dict, warnings: list) -> TruthComparison:
     """The twin's truth for these recordings and the true base parameters (stage 1), with the
     reasons a truth does not apply appended to `warnings`."""
@@ -335,7 +371,7 @@ def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: P
                                          coulomb_eps=eps), y[sl]
             try:
                 consistent = ConsistentFit(model, base, terms=terms, prior=p0,
-                                           estimator=scn.identification.estimator
+                                           estimator=consistent_estimator(scn)
                                            ).fit_blocks(blocks)
             except (RuntimeError, ValueError) as exc:   # a finished fit is never lost to it
                 progress.message(f"warning: physically consistent fit failed ({exc}); the "
@@ -343,7 +379,7 @@ def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: P
                 consistent = None
         if consistent is not None:
             full = np.asarray(consistent.params_, float)
-            how = f"physically consistent fit ({scn.identification.estimator}), prior {prior.kind}"
+            how = f"physically consistent fit ({consistent_estimator(scn)}), prior {prior.kind}"
     if full is None:
         p0 = np.concatenate([np.zeros(10 * model.n) if prior.inertial is None else prior.inertial,
                              np.zeros(len(terms) * model.n)])
@@ -430,9 +466,9 @@ def _export_selected(scn: Scenario, model, sm: SelectedModel, processed: dict, p
             try:
                 consistent = ConsistentFit(model, sm.base, terms=(),
                                            prior=None if prior.inertial is None else p0,
-                                           estimator=scn.identification.estimator
+                                           estimator=consistent_estimator(scn)
                                            ).fit_blocks(blocks)
-                how = (f"physically consistent fit ({scn.identification.estimator}) of the "
+                how = (f"physically consistent fit ({consistent_estimator(scn)}) of the "
                        f"torque minus the chosen terms, prior {prior.kind}")
             except (RuntimeError, ValueError) as exc:
                 progress.message(f"warning: physically consistent fit failed ({exc}); the "
@@ -547,7 +583,7 @@ def _regularised_export(scn: Scenario, model, base, fits: Fits, processed: dict,
     nominal = np.concatenate([nom.inertial, np.zeros(len(terms) * n)])
     reg = regularised_toward(model, sm.base if selected else base, terms, W_full, y, nominal,
                              fixed=sm.friction_torque(d) if selected else None,
-                             estimator=scn.identification.estimator)
+                             estimator=consistent_estimator(scn))
     how = ("; regularised toward the nominal URDF: " + ("the nominal URDF itself (no fit) won"
            if reg.weight is None else f"prior weight {reg.weight:g}")
            + " by cross-validation on the identification data")
@@ -619,7 +655,8 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
         from identify.logs.held import load_held
         held = load_held(scn, model.joint_names, model, warnings)
     used = stack_held(scn, model, base, processed, signal, held, timings) if held else []
-    fits = fit_models(scn, model, base, processed, timings)
+    fits = fit_models(iv_scenario(scn, model, base, recs, processed), model, base, processed,
+                      timings)
     delays = estimate_delays(model, base, terms, processed, fits.designs)
     truth = build_truth(scn, model, base, recs, warnings) if want_truth else TruthComparison()
     validation = validate_models(scn, fits, processed, truth, decompose=decompose, timings=timings,

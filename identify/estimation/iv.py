@@ -35,6 +35,8 @@ class IV(LinearFit):
     """Instrumental-variable weighted least squares (module docstring).
 
     Args:
+        instruments: (N, n, p) instruments used when :meth:`fit` gets no ``Z`` (so that a
+            joint model calling ``fit(W, y, names=..., joint_names=...)`` fits by IV), or None.
         rcond: rank-test threshold of the OLS step (see :class:`~identify.estimation.
             estimators.OLS`).
         serial: "auto" (default): each joint's residual variance inflated by its integrated
@@ -42,18 +44,24 @@ class IV(LinearFit):
     Fitted attributes: those of :class:`~identify.estimation.estimators.LinearFit`, weights_ (n,)
     = 1/sigma_j, tau_int_ (n,), cond_instruments_ = cond(Z~^T W~)."""
 
-    def __init__(self, rcond: float | None = None, serial: str | None = "auto"):
+    def __init__(self, instruments=None, rcond: float | None = None,
+                 serial: str | None = "auto"):
+        self.instruments = instruments
         self.rcond = rcond
         self.serial = serial
 
     @single_thread_blas()
-    def fit(self, W, y, *, Z, mask=None, names=None, joint_names=None) -> "IV":
+    def fit(self, W, y, *, Z=None, mask=None, names=None, joint_names=None) -> "IV":
         """W (N, n, p) regressor of the measured states, y (N, n) torques [N*m], Z (N, n, p)
-        instruments (the same regressor on noise-free reference states); `mask` (N, n) bool:
+        instruments (the same regressor on noise-free reference states; None: the
+        ``instruments`` setting); `mask` (N, n) bool:
         samples fitted (None: all); `names`, `joint_names` as for OLS. Returns self. Raises
         ValueError for instruments of another shape, non-finite ones, or instruments that are
         not correlated with the regressor (Z~^T W~ singular)."""
         serial = check_serial(self.serial)
+        Z = self.instruments if Z is None else Z
+        if Z is None:
+            raise ValueError("IV: no instruments (give Z, or the instruments setting)")
         W = np.asarray(W, float)
         Z = np.asarray(Z, float)
         if Z.shape != W.shape:
