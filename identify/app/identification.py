@@ -27,8 +27,8 @@ from identify.validation.parameter_errors import stage2_errors, stage2_truth, tr
 from identify.validation.validate import validate
 
 from .prior import prior_parameters
-from identify.outputs.results import (Export, Fits, Identification, ModelValidation, NoiseFloor, Prior,
-                      RmsFigure, TruthComparison)
+from identify.outputs.results import (Export, Fits, Headline, Identification, ModelValidation,
+                                     NoiseFloor, Prior, RmsFigure, TruthComparison)
 from .truth import recorded_drive_truth, recorded_settings, true_link_parameters, twin_settings
 
 
@@ -155,6 +155,42 @@ def fit_models(scn: Scenario, model, base, processed: dict, timings: dict | None
                                        terms=terms, coulomb_eps=eps).fit(d_exc, W=W["excitation"])
     return Fits(simplified=sm, improved=im, designs=W,
                 improved_requested=ident.improved_friction_term if im is not None else None)
+
+
+def consistent_estimator(scn: Scenario) -> str:
+    """The estimator of the physically consistent fit: the scenario's, except ``iv`` (the SDP
+    has no instruments: it weights like wls)."""
+    est = scn.identification.estimator
+    return "wls" if est == "iv" else est
+
+
+def iv_scenario(scn: Scenario, model, base, recs: dict, processed: dict) -> Scenario:
+    """``identification.estimator: iv``: the scenario whose estimator is an
+    :class:`identify.estimation.iv.IV` bound to the instruments of the excitation data -- the
+    same design evaluated on the COMMANDED trajectory processed with the same settings
+    (``processing.velocity: command``), a noise-free reference uncorrelated with the encoder and
+    torque noise; used by the simplified fit and the improved model's stage 1 (``friction:
+    terms``). Any other estimator: `scn` unchanged. ValueError when the excitation recording
+    has no commanded trajectory or the reference is processed onto other samples (held data,
+    resampling)."""
+    import dataclasses
+    from identify.estimation.iv import IV
+    if scn.identification.estimator != "iv":
+        return scn
+    rec, d = recs["excitation"], processed["excitation"]
+    if rec.q_cmd is None:
+        raise ValueError("identification.estimator: iv needs the commanded trajectory (q_cmd) "
+                         "of the excitation recording for its instruments; it has none")
+    ps = dataclasses.replace(ProcessingSettings.from_dict(scn.processing), velocity="command")
+    d_ref = process(rec, ps, delay_s=getattr(d, "delay_s", None))
+    if d_ref.t.shape != d.t.shape or not np.allclose(d_ref.t, d.t):
+        raise ValueError(f"identification.estimator: iv: the commanded trajectory is processed "
+                         f"onto {d_ref.t.size} samples, the excitation data onto {d.t.size} "
+                         f"(held data or resampling); use wls")
+    terms = tuple(scn.identification.friction_terms)
+    Z = design_from(model, base, d_ref, terms=terms, coulomb_eps=coulomb_eps(scn))[0]
+    return dataclasses.replace(scn, identification=dataclasses.replace(
+        scn.identification, estimator=IV(instruments=Z)))
 
 
 def build_truth(scn: Scenario, model, base, recs: dict, warnings: list) -> TruthComparison:
@@ -340,7 +376,7 @@ def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: P
                                          coulomb_eps=eps), y[sl]
             try:
                 consistent = ConsistentFit(model, base, terms=terms, prior=p0,
-                                           estimator=scn.identification.estimator
+                                           estimator=consistent_estimator(scn)
                                            ).fit_blocks(blocks)
             except (RuntimeError, ValueError) as exc:   # a finished fit is never lost to it
                 progress.message(f"warning: physically consistent fit failed ({exc}); the "
@@ -348,7 +384,7 @@ def fit_export(scn: Scenario, model, base, fits: Fits, processed: dict, prior: P
                 consistent = None
         if consistent is not None:
             full = np.asarray(consistent.params_, float)
-            how = f"physically consistent fit ({scn.identification.estimator}), prior {prior.kind}"
+            how = f"physically consistent fit ({consistent_estimator(scn)}), prior {prior.kind}"
     if full is None:
         p0 = np.concatenate([np.zeros(10 * model.n) if prior.inertial is None else prior.inertial,
                              np.zeros(len(terms) * model.n)])
@@ -435,9 +471,9 @@ def _export_selected(scn: Scenario, model, sm: SelectedModel, processed: dict, p
             try:
                 consistent = ConsistentFit(model, sm.base, terms=(),
                                            prior=None if prior.inertial is None else p0,
-                                           estimator=scn.identification.estimator
+                                           estimator=consistent_estimator(scn)
                                            ).fit_blocks(blocks)
-                how = (f"physically consistent fit ({scn.identification.estimator}) of the "
+                how = (f"physically consistent fit ({consistent_estimator(scn)}) of the "
                        f"torque minus the chosen terms, prior {prior.kind}")
             except (RuntimeError, ValueError) as exc:
                 progress.message(f"warning: physically consistent fit failed ({exc}); the "
@@ -469,6 +505,107 @@ def _export_selected(scn: Scenario, model, sm: SelectedModel, processed: dict, p
                      + "); set identification.physical_consistency: true")
     _export_rms(model, ex, processed, "tau_m")
     return ex
+
+
+def nominal_export(model, processed: dict, y_label: str, signal: str) -> Export:
+    """The nominal URDF as an export: its own inertials, zero joint terms (no fit at all), with
+    its predictions and RMS against the raw `y_label` signal on every trajectory."""
+    from identify.model.joint_sidecar import JointTerms
+    nom = Export(inertial=np.asarray(model.inertial_parameters(), float), viscous=None,
+                 coulomb=None, source="nominal URDF (its inertials, zero joint terms)",
+                 signal=signal, physical=True)
+    nom.joint_terms = JointTerms(list(model.joint_names), None, None, None, None, signal=signal)
+    _export_rms(model, nom, processed, y_label)
+    return nom
+
+
+def _derived_from(fits: Fits, ex: Export) -> str:
+    if isinstance(fits.simplified, SelectedModel):
+        return "selected terms"
+    return "improved stage 1" if ex.consistent_signal == "tau_j" and fits.improved is not None \
+        else "simplified"
+
+
+def headline_of(scn: Scenario, model, base, fits: Fits, validation: ModelValidation,
+                processed: dict, ex: Export | None, timings: dict | None = None,
+                warnings: list | None = None) -> tuple[Export | None, Headline | None]:
+    """The headline (:class:`Headline`): the export's own RMS against the raw signal, beside the
+    nominal URDF's and the fitted models'. When the export is worse than the nominal URDF on
+    the validation trajectory, a WARNING (in `warnings` and on the console) and the export is
+    replaced by the physically consistent fit regularised toward the nominal URDF, its prior
+    weight chosen by cross-validation on the identification data only
+    (:func:`identify.app.prior.regularised_toward`). Returns (the export, the headline)."""
+    if ex is None or not ex.rms or ex.inertial is None:
+        return ex, None
+    y_label = ex.consistent_signal or "tau_m"
+    nom = nominal_export(model, processed, y_label, ex.signal)
+    others = [(m, ex.signal if (m == "stage1_tau_j") == (y_label == "tau_j") else
+               SIGNAL_NAMES["tau_j" if m == "stage1_tau_j" else "tau_m"],
+               {t: by[m] for t, by in validation.rms.items() if m in by})
+              for m in ("simplified", "improved", "stage1_tau_j")
+              if any(m in by for by in validation.rms.values())]
+    h = Headline(_derived_from(fits, ex), ex.signal, ex.rms, nom.rms, others=others)
+    if "validation" not in ex.rms:
+        return ex, h
+    e_val, n_val = ex.rms["validation"].overall, nom.rms["validation"].overall
+    h.worse_than_nominal = bool(e_val > n_val)
+    if not h.worse_than_nominal:
+        return ex, h
+    text = (f"WARNING: the fitted model is worse out of sample than the nominal URDF with no "
+            f"fit: validation RMS {e_val:.4g} vs {n_val:.4g} N*m of {ex.signal}; the export is "
+            f"regularised toward the nominal URDF (prior weight chosen by cross-validation on "
+            f"the identification data)")
+    progress.warn(text)
+    if warnings is not None:
+        warnings.append(text)
+    with progress.step("regularisation toward the nominal URDF", timings):
+        try:
+            reg_ex = _regularised_export(scn, model, base, fits, processed, ex, nom)
+        except (RuntimeError, ValueError) as exc:
+            progress.warn(f"regularisation toward the nominal URDF failed ({exc}); the "
+                          f"unregularised export is kept")
+            return ex, h
+    h.unregularised_rms, h.rms = ex.rms, reg_ex.rms
+    h.regularised = reg_ex.regularised
+    if reg_ex.regularised.weight is None:
+        h.derived_from = "nominal URDF"
+    return reg_ex, h
+
+
+def _regularised_export(scn: Scenario, model, base, fits: Fits, processed: dict, ex: Export,
+                        nom: Export) -> Export:
+    """The export refitted toward the nominal URDF (:func:`headline_of`); its
+    ``regularised`` attribute holds the :class:`identify.app.prior.Regularised`."""
+    import dataclasses
+    from .prior import regularised_toward
+    n, d = model.n, processed["excitation"]
+    y_label = ex.consistent_signal or "tau_m"
+    y = getattr(d, y_label)
+    sm = fits.simplified
+    selected = isinstance(sm, SelectedModel)
+    terms = () if selected else tuple(scn.identification.friction_terms)
+    W_full = full_regressor(model, d.q, d.qd, d.qdd, terms, coulomb_eps=coulomb_eps(scn))
+    nominal = np.concatenate([nom.inertial, np.zeros(len(terms) * n)])
+    reg = regularised_toward(model, sm.base if selected else base, terms, W_full, y, nominal,
+                             fixed=sm.friction_torque(d) if selected else None,
+                             estimator=consistent_estimator(scn))
+    how = ("; regularised toward the nominal URDF: " + ("the nominal URDF itself (no fit) won"
+           if reg.weight is None else f"prior weight {reg.weight:g}")
+           + " by cross-validation on the identification data")
+    if selected and reg.weight is None:
+        out = dataclasses.replace(nom, source=ex.source + how, signal=ex.signal)
+    elif selected:
+        out = dataclasses.replace(ex, inertial=reg.params[:10 * n], source=ex.source + how,
+                                  predictions={}, rms={})
+        _export_rms(model, out, processed, y_label)
+    else:
+        fr = {t: reg.params[10 * n + k * n: 10 * n + (k + 1) * n] for k, t in enumerate(terms)}
+        out = dataclasses.replace(ex, inertial=reg.params[:10 * n], viscous=fr.get("viscous"),
+                                  coulomb=fr.get("coulomb"), source=ex.source + how,
+                                  predictions={}, rms={})
+        export_prediction(scn, model, out, fr, processed, y_label)
+    out.consistent_signal, out.regularised = y_label, reg
+    return out
 
 
 def stack_held(scn: Scenario, model, base, processed: dict, signal: str, held: list,
@@ -523,7 +660,8 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
         from identify.logs.held import load_held
         held = load_held(scn, model.joint_names, model, warnings)
     used = stack_held(scn, model, base, processed, signal, held, timings) if held else []
-    fits = fit_models(scn, model, base, processed, timings)
+    fits = fit_models(iv_scenario(scn, model, base, recs, processed), model, base, processed,
+                      timings)
     delays = estimate_delays(model, base, terms, processed, fits.designs)
     truth = build_truth(scn, model, base, recs, warnings) if want_truth else TruthComparison()
     validation = validate_models(scn, fits, processed, truth, decompose=decompose, timings=timings,
@@ -531,9 +669,12 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     parameter_errors(fits, validation, truth, warnings)
     prior = prior_parameters(scn, model, recs)
     export = fit_export(scn, model, base, fits, processed, prior, timings, signal=signal)
+    export, headline = headline_of(scn, model, base, fits, validation, processed, export, timings,
+                                   warnings)
     if isinstance(fits.simplified, SelectedModel):      # the fitted model's own columns
         base, terms = fits.simplified.base, ()
     return Identification(model=model, base=base, terms=terms, processed=processed, fits=fits,
                           truth=truth, validation=validation, export=export, prior=prior,
                           warnings=warnings, delays=delays, signal=signal,
-                          spec=scn.identification, from_logs=from_logs, held=used)
+                          spec=scn.identification, from_logs=from_logs, held=used,
+                          headline=headline)

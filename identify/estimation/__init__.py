@@ -5,7 +5,8 @@ model).
 
 Every fitter follows one contract (scikit-learn's, :mod:`identify.common.estimator`): the
 constructor stores settings only, ``fit`` returns self -- ``fit(W, y, *, mask=None, names=None,
-joint_names=None)`` for the regression fitters (OLS, WLS, Ridge, ConsistentFit, PayloadFit),
+joint_names=None)`` for the regression fitters (OLS, WLS, Ridge, ConsistentFit, PayloadFit; IV
+also takes its instruments ``Z``),
 ``fit(processed, *, W=None)`` for the joint models -- fitted attributes end in ``_``, and
 ``get_params`` / ``set_params`` / ``repr`` describe the settings.
 
@@ -14,8 +15,9 @@ Must not import excitation, validation, app, ``twin`` or ``robot``."""
 from .consistency import ConsistentFit
 from .estimators import OLS, WLS, Ridge
 from .improved import ImprovedModel
+from .iv import IV
 from .payload import PayloadFit
 from .simplified import SimplifiedModel
 
-__all__ = ["OLS", "WLS", "Ridge", "ConsistentFit", "PayloadFit", "SimplifiedModel",
+__all__ = ["OLS", "WLS", "Ridge", "IV", "ConsistentFit", "PayloadFit", "SimplifiedModel",
            "ImprovedModel"]

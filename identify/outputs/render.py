@@ -361,6 +361,33 @@ def export_document(ident: Identification) -> dict:
             "rms": {label: rms_document(r) for label, r in ex.rms.items()}}
 
 
+HEADLINE_NOTE = ("the exported model (identified.urdf + identified_joints.yaml: what a "
+                 "controller computes) against the RAW measured signal; nominal: the input URDF's "
+                 "own inertials with zero joint terms (no fit); others: the fitted models, each "
+                 "against its own signal")
+
+
+def headline_document(ident: Identification) -> dict | None:
+    """metrics.json ``headline``: the exported model's RMS per trajectory (= ``export.rms``),
+    the nominal URDF's, whether the fit was worse out of sample than the nominal, the
+    regularisation toward it, and the other models beside it (each with its signal)."""
+    h = ident.headline
+    if h is None:
+        return None
+    doc = {"model": "export", "derived_from": h.derived_from, "signal": h.signal,
+           "rms": {t: rms_document(r) for t, r in h.rms.items()},
+           "nominal_urdf_rms": {t: rms_document(r) for t, r in h.nominal_rms.items()},
+           "worse_than_nominal": h.worse_than_nominal,
+           "others": [{"model": m, "signal": sig, "rms": {t: rms_document(r)
+                                                          for t, r in by.items()}}
+                      for m, sig, by in h.others],
+           "note": HEADLINE_NOTE}
+    if h.regularised is not None:
+        doc["regularised"] = {**h.regularised.to_dict(), "unregularised_rms": {
+            t: rms_document(r) for t, r in h.unregularised_rms.items()}}
+    return doc
+
+
 def signal_document(ident: Identification) -> dict:
     """metrics.json ``headline_model``, ``signal`` (name of the fitted torque signal),
     ``source`` (logs | backend) and ``identification_used`` (the settings with autos resolved)."""
@@ -398,6 +425,9 @@ def metrics_document(run: RunInfo, ident: Identification, models: dict | None = 
          "timings_s": run.timings, "files": dict(run.files), "messages": list(run.messages)}
     m.update(signal_document(ident))
     m["export"] = export_document(ident)
+    head = headline_document(ident)
+    if head is not None:
+        m["headline"] = head
     if run.files.get("urdf") is not None:
         m["export"]["written"] = True
     elif "written" not in m["export"]:
@@ -535,7 +565,34 @@ def console_summary(metrics: dict, folder) -> str:
             line += (f"; exported model {ex['overall']:.4f}"
                      + (f" of {export['signal']}" if export.get("signal") else ""))
         lines.append(line)
-    return "\n".join(lines + _control_summary(metrics))
+    return "\n".join(lines + headline_lines(metrics.get("headline")) + _control_summary(metrics))
+
+
+def headline_lines(h: dict | None) -> list[str]:
+    """The headline line (the exported model on the validation trajectory against the raw
+    signal, beside the nominal URDF) and its WARNING when the fit lost to the nominal URDF."""
+    if not h:
+        return []
+    traj = "validation" if "validation" in h["rms"] else next(iter(h["rms"]), None)
+    if traj is None:
+        return []
+    nom = h["nominal_urdf_rms"].get(traj, {}).get("overall")
+    out = [f"  headline ({traj}, exported model = identified.urdf + identified_joints.yaml, "
+           f"from the {h['derived_from']}): RMS {h['rms'][traj]['overall']:.4f} N*m of "
+           f"{h['signal']} against the raw signal"
+           + ("" if nom is None else f"; nominal URDF (no fit) {nom:.4f}")]
+    if h.get("worse_than_nominal"):
+        reg = h.get("regularised")
+        if reg is None:
+            out.append("  WARNING: the fitted model is worse out of sample than the nominal URDF "
+                       "(its regularisation failed: see the messages)")
+        else:
+            fit = reg["unregularised_rms"].get(traj, {}).get("overall", float("nan"))
+            out.append(f"  WARNING: the fit was worse out of sample than the nominal URDF "
+                       f"({fit:.4f} N*m); exported instead: regularised toward it "
+                       f"({reg['chosen']}, chosen by cross-validation on the identification "
+                       f"data)")
+    return out
 
 
 def _control_summary(metrics: dict) -> list[str]:

@@ -25,6 +25,7 @@ from identify.common.fileio import atomic_write_text
 from identify.common.figures import caption as _caption
 
 from .markup import render_html, render_markdown
+from .render import headline_lines
 
 __all__ = ["build_report", "PAPER"]
 
@@ -148,6 +149,7 @@ def _summary_blocks(metrics: dict, from_logs: bool) -> list[tuple]:
         pass                      # summary in _logs_blocks; per-joint tables below
     elif rms:
         B.append(("h", 2, "Summary: motor-torque RMS, simplified vs improved joint model"))
+        B.extend(("p", line.strip()) for line in headline_lines(metrics.get("headline")))
         head = ["trajectory", "simplified [N*m]", "improved [N*m]", "reduction [%]",
                 "paper simplified [N*m]", "paper improved [N*m]", "paper reduction [%]",
                 "target [%]"]
@@ -510,6 +512,7 @@ def _logs_blocks(folder: Path, metrics: dict) -> list[tuple]:
     B.append(("h", 2, "Summary: RMS of the fitted models and of the exported model"))
     B.append(("p", f"Fitted signal: **{sig}**; headline model: **{head_model}**. RMS over all "
                    f"joints and samples of predicted minus measured {sig} [N*m]."))
+    B.extend(("p", line.strip()) for line in headline_lines(metrics.get("headline")))
     rms, ex = metrics.get("rms", {}), metrics.get("export", {})
     rows = []
     for traj in ("excitation", "validation"):

@@ -213,6 +213,32 @@ class Export:
     rms: dict = field(default_factory=dict)
     physical: bool = False
     reason: str | None = None
+    # app.prior.Regularised when the export was regularised toward the nominal URDF (Headline)
+    regularised: object | None = None
+
+
+@dataclass
+class Headline:
+    """The run's headline: what the EXPORTED model (identified.urdf + identified_joints.yaml,
+    what a user's controller computes) predicts against the RAW measured signal -- the same
+    RmsFigure objects as ``Export.rms`` -- with the other fitted models beside it.
+
+    derived_from: the fit the export comes from ("simplified", "improved stage 1", "selected
+    terms", or "nominal URDF" when the regularisation chose it); signal: name of the predicted
+    signal; rms: trajectory -> RmsFigure [N*m]; nominal_rms: trajectory -> RmsFigure of the
+    nominal URDF (its own inertials, zero joint terms) on the same signal; worse_than_nominal:
+    the UNregularised export's validation RMS above the nominal's (None: no validation
+    trajectory); unregularised_rms: trajectory -> RmsFigure of that export when it was replaced;
+    regularised: app.prior.Regularised or None; others: [(model, signal name, trajectory ->
+    RmsFigure)] of the fitted models shown beside the headline."""
+    derived_from: str
+    signal: str
+    rms: dict
+    nominal_rms: dict
+    worse_than_nominal: bool | None = None
+    unregularised_rms: dict = field(default_factory=dict)
+    regularised: object | None = None
+    others: list = field(default_factory=list)
 
 
 @dataclass
@@ -240,8 +266,13 @@ class Identification:
 
     @property
     def headline_model(self) -> str:
-        """The model whose RMS the run is judged by: improved when fitted, else simplified."""
+        """The model whose RMS the run is judged by: "export" (the exported URDF + sidecar,
+        :class:`Headline`) when one was made, else the fitted model (improved when fitted, else
+        simplified)."""
+        if self.headline is not None:
+            return "export"
         return "improved" if self.fits.improved is not None else "simplified"
+    headline: Headline | None = None             # what the export predicts (the headline)
     delays: dict = field(default_factory=dict)   # trajectory -> estimation.delay.DelayEstimate
     held: list = field(default_factory=list)     # [HeldSource] stacked with the excitation rows
 

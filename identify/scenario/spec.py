@@ -143,10 +143,13 @@ class IdentificationSpec:
                     "motor torque: both; motor torque only: simplified, rigid body + friction on "
                     "eta*beta*i; joint torque only: rigid body + friction on the joint torque); an "
                     "explicit choice the data cannot support is refused at load")
-    estimator: Literal["ols", "wls", "ridge"] = _f(
+    estimator: Literal["ols", "wls", "ridge", "iv"] = _f(
         "wls", doc="least-squares estimator, also used by the physically consistent fit (ols: "
                    "unit weights; wls: per-joint weights 1/sigma_j; ridge: wls weights plus a "
-                   "pull towards the prior with the L-curve's lambda)")
+                   "pull towards the prior with the L-curve's lambda; iv: wls weights with "
+                   "instrumental variables -- the design on the commanded trajectory -- against "
+                   "the encoder-noise bias of the simplified / stage-1 fit, the consistent fit "
+                   "then weights like wls)")
     physical_consistency: Union[bool, Literal["auto"]] = _f(
         "auto", doc="fit physically consistent full parameters (SDP); auto: on for logs (so the "
                     "exported URDF is physical), off on the twin")

@@ -124,7 +124,8 @@ def test_currents_only_ur_rtde_xarm(tmp_path, pybullet_data_path):
     assert list(sm.names_) == list(base.names)
     _assert_recovered(sm, p_true, base.names)
     m = _check_export_reproduces(res)
-    assert m["source"] == "logs" and m["headline_model"] == "simplified"
+    assert m["source"] == "logs" and m["headline_model"] == "export"
+    assert m["headline"]["derived_from"] == "simplified"
     assert m["signal"] == "motor torque η·β·i" and "paper" not in m
     assert m["export"]["rms"]["validation"]["overall"] < 0.05
     text = (res.folder / "identified.urdf").read_text()
@@ -178,4 +179,5 @@ def test_both_signals_text_per_signal_iiwa(tmp_path, pybullet_data_path):
     assert ident.spec.joint_model == "both"
     assert ident.simplified is not None and ident.improved is not None
     m = _check_export_reproduces(res)
-    assert m["headline_model"] == "improved" and m["export"]["signal"] == "joint torque"
+    assert m["headline_model"] == "export" and m["export"]["signal"] == "joint torque"
+    assert m["headline"]["derived_from"] == "improved stage 1"
