@@ -358,6 +358,14 @@ class SlaveChain:
             a.set_serial(sb)
             b.set_serial(sa)
             return {"slaves": [a.position, b.position], "serials": [sb, sa]}
+        out = self._inject_drive_state(kind, kw, take)
+        if out is not None:
+            return out
+        raise ValueError(f"unknown fault {kind!r}; expected one of {FAULT_KINDS}")
+
+    def _inject_drive_state(self, kind: str, kw: dict, take) -> dict | None:
+        """The faults of a drive's state and objects (encoder, warning, STO, quick stop, mode,
+        AL error, an object's value) and "clear"; None for any other kind."""
         if kind in ("freeze_encoder", "warning"):
             take("slave")
             esc = self._slave(kw.get("slave"))
@@ -405,7 +413,7 @@ class SlaveChain:
                 esc.drive.encoder_frozen = None
                 esc.drive.warning = False
             return {}
-        raise ValueError(f"unknown fault {kind!r}; expected one of {FAULT_KINDS}")
+        return None
 
     # ---- inspection
     def status(self) -> dict:
