@@ -20,7 +20,7 @@ A run, in order (nothing touches the bus before step 3, nothing moves before ste
  4. refuse a drive already in FAULT (unless safety.fault_reset: on_start) or a pose farther than
     safety.start_pose_tolerance_rad from the start; plan the approach and check the whole plan;
     dry run: stop here and return the (unmoved) measured pose with the planned command and the
-    bus report (meta["bus_report"], meta["bus_report_text"]);
+    bus report (meta["bus_report"], and in words Recording.backend_report);
  5. the loop enables the drives, runs the plan (with ``torque_feedforward``: plus the rigid-body
     inverse dynamics of arm + payload as torque_offset), stops in a defined order; meanwhile this process
     streams its samples to disk (identify.backend.recording.ChunkWriter) and watches its heartbeat.
@@ -387,7 +387,7 @@ class HardwareBackend:
             _recv(parent, proc, 5.0, "dry-run exit")
             rec = self._dry_recording(plan, q_now, meta)
             rec.meta["bus_report"] = to_jsonable(self.last_bus_report, nonfinite="keep")
-            rec.meta["bus_report_text"] = format_bus_report(self.last_bus_report)
+            rec.backend_report = format_bus_report(self.last_bus_report)
             return rec
         return plan, tau_plan
 

@@ -270,14 +270,13 @@ class TwinBackend:
                   for c in s.contacts]
             truth["f_ext"] = np.stack([np.outer(a, c["force_N"]) for a, c in zip(on, s.contacts)], axis=1)
             meta["contacts"] = to_jsonable(list(s.contacts))
-        meta["injected_noise_rms"] = {
-            "note": "RMS over the recording of measured minus true value, per joint [N*m]",
-            **{ch: np.sqrt(np.mean(e[:, act] ** 2, axis=0)).tolist() for ch, e in inj.items()}}
         # the drive coefficients as simulated (twin.truth; names of docs/joint_models.md)
         return Recording(t=t, q=q_meas, tau_j=tau_meas, i_m=i_meas, tau_m=tau_m_meas,
                          q_cmd=q_cmd, qd=qd_meas, rate_hz=float(s.sample_rate_hz),
                          joint_names=self.joint_names, meta=meta, truth=truth,
-                         drive_truth=drive_truth(cfg, sim.reducer, truth, act))
+                         drive_truth=drive_truth(cfg, sim.reducer, truth, act),
+                         injected_noise_rms={ch: np.sqrt(np.mean(e[:, act] ** 2, axis=0))
+                                             for ch, e in inj.items()})
 
     def _meta(self, trajectory, periods: int, delay: int, noise_seed: int, sim) -> dict:
         cfg, s = self.cfg, self.settings

@@ -226,13 +226,13 @@ def build_truth(scn: Scenario, model, base, recs: dict, warnings: list) -> Truth
 def noise_floors(recs: dict, processed: dict) -> dict:
     """trajectory -> {"tau_m", "tau_j"} -> :class:`NoiseFloor` of the raw signals RMS figures are
     computed against: on the twin the RMS of the noise it injected
-    (``meta["injected_noise_rms"]``), when the processed samples are the recording's own samples
+    (``Recording.injected_noise_rms``), when the processed samples are the recording's own samples
     (no resampling or period averaging, which change the noise); otherwise the estimate of the
     processing (``Processed.noise_floor``)."""
     out = {}
     for label, d in processed.items():
         rec = recs.get(label)
-        injected = ((getattr(rec, "meta", None) or {}).get("injected_noise_rms") or {})
+        injected = getattr(rec, "injected_noise_rms", None) or {}
         steps = " ".join(d.meta.get("processing", {}).get("steps", []))
         same = rec is not None and "resampled" not in steps and "averaged" not in steps
         floors = {}

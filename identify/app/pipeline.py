@@ -145,8 +145,7 @@ def _write_identification(folder: Path, scn: Scenario, ident: Identification, ru
 def _dry_run_result(folder: Path, recs: dict) -> RunResult:
     """hardware.dry_run: the bus came up and every check passed; print the backend's bus report
     (stdout), keep it in the run folder, identify nothing."""
-    text = next((r.meta.get("bus_report_text") for r in recs.values()
-                 if r.meta.get("bus_report_text")),
+    text = next((r.backend_report for r in recs.values() if r.backend_report),
                 "dry run: no bus report (offline: no interface given)")
     atomic_write_text(folder / layout.BUS_REPORT, text + "\n")
     print(text, flush=True)

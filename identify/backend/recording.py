@@ -81,6 +81,11 @@ class Recording:
         drive_truth: the simulator's drive coefficients and laws as simulated
                 (:class:`identify.backend.truth.DriveTruth`), or None. Never read by
                 identification code.
+        injected_noise_rms: a simulator's measurement error actually injected, per torque
+                channel ("tau_j", "tau_m") the (n,) RMS over the recording of measured minus
+                true value [N*m] -- the noise floor of RMS figures; None where unknown.
+        backend_report: what the backend reports about the run in words (the hardware dry
+                run's bus report), or None.
     """
 
     t: np.ndarray
@@ -97,6 +102,8 @@ class Recording:
     meta: dict = field(default_factory=dict)
     truth: dict[str, np.ndarray] = field(default_factory=dict)
     drive_truth: DriveTruth | None = None
+    injected_noise_rms: dict[str, np.ndarray] | None = None
+    backend_report: str | None = None
 
     def __post_init__(self):
         self.t = np.asarray(self.t, dtype=float)
@@ -177,6 +184,10 @@ def _to_arrays(rec: Recording) -> dict[str, np.ndarray]:
               "rate_hz": rec.rate_hz, "joint_names": list(rec.joint_names), "meta": rec.meta}
     if rec.drive_truth is not None:
         header["drive_truth"] = rec.drive_truth.to_dict()
+    if rec.injected_noise_rms is not None:
+        header["injected_noise_rms"] = rec.injected_noise_rms
+    if rec.backend_report is not None:
+        header["backend_report"] = rec.backend_report
     # non-finite metadata (e.g. an unlimited joint range) round-trips: Python's json writes and
     # reads NaN / Infinity
     plain = to_jsonable(header, nonfinite="keep", where="recording header")
@@ -205,9 +216,15 @@ def _from_arrays(data: dict[str, np.ndarray], where: str) -> Recording:
     # files written before DriveTruth kept the drive truth as a dict in meta["drive_truth"]
     dt = header.get("drive_truth", meta.pop("drive_truth", None))
     dt = None if dt is None else DriveTruth.from_dict(dt, f"{where}: drive_truth")
+    # files written before these fields kept them in meta (the noise with a "note" string)
+    noise = header.get("injected_noise_rms", meta.pop("injected_noise_rms", None))
+    noise = None if noise is None else {k: np.asarray(v, float) for k, v in noise.items()
+                                        if k != "note"}
+    report = header.get("backend_report", meta.pop("bus_report_text", None))
     return Recording(t=data["t"], rate_hz=float(header["rate_hz"]),
                      joint_names=list(header["joint_names"]), meta=meta,
-                     truth=truth, drive_truth=dt, **kw)
+                     truth=truth, drive_truth=dt, injected_noise_rms=noise,
+                     backend_report=report, **kw)
 
 
 class ChunkWriter:

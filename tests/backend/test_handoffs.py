@@ -63,3 +63,30 @@ def test_layout_finds_an_export_and_held_recordings(tmp_path):
     assert layout.held_recording(f) == ("recording", f)
     # --force replaces everything a command writes, the joint sidecar included
     assert {"identified_joints.yaml", "metrics.json", "bus_report.txt"} <= set(layout.OUTPUT_NAMES)
+
+
+def test_recording_carries_noise_floor_and_backend_report_as_fields(tmp_path):
+    """The twin's injected noise and a backend's report in words are fields of the contract (no
+    side channels in meta), saved and read back; files that kept them in meta still load."""
+    import json
+    import numpy as np
+    from identify.backend.recording import Recording
+    t = np.arange(5) * 0.01
+    rec = Recording(t=t, q=np.zeros((5, 2)), rate_hz=100.0, joint_names=["a", "b"],
+                    injected_noise_rms={"tau_m": np.array([0.1, 0.2])}, backend_report="bus ok")
+    rec.save(tmp_path / "r.npz")
+    back = Recording.load(tmp_path / "r.npz")
+    np.testing.assert_allclose(back.injected_noise_rms["tau_m"], [0.1, 0.2])
+    assert back.backend_report == "bus ok" and "injected_noise_rms" not in back.meta
+    # an older file: the same facts in meta
+    with np.load(tmp_path / "r.npz") as z:
+        data = {k: z[k] for k in z.files}
+    header = json.loads(bytes(data["header"]).decode())
+    del header["injected_noise_rms"], header["backend_report"]
+    header["meta"] = {"injected_noise_rms": {"note": "per joint", "tau_m": [0.3, 0.4]},
+                      "bus_report_text": "old report"}
+    data["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    np.savez(tmp_path / "old.npz", **data)
+    old = Recording.load(tmp_path / "old.npz")
+    np.testing.assert_allclose(old.injected_noise_rms["tau_m"], [0.3, 0.4])
+    assert old.backend_report == "old report" and old.meta == {}
