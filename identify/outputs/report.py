@@ -114,6 +114,9 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
                        f"`{metrics.get('command', '?')}` -- created {metrics.get('created', '?')} "
                        f"-- folder `{folder.name}`"))
 
+    for m in metrics.get("messages") or []:      # a deliberately matched twin law, first
+        if str(m).startswith("MATCHED LAW"):
+            B.append(("p", f"**{m}**"))
     loud = [m for m in metrics.get("messages") or [] if str(m).startswith("WARNING")]
     if loud:
         B.append(("h", 2, "WARNING: results not trustworthy"))
