@@ -601,7 +601,7 @@ def _check_keys_types(cls, d: dict, path: tuple, ctx: CheckContext, paths: dict 
 
 def _check_sweep_twin(scn, ctx: CheckContext) -> None:
     """sweep.twin: each entry's twin settings (over the scenario's twin:) checked by the twin's
-    own validator at the entry's key; labels unique (identify.app.sweep.twin_label)."""
+    own validator at the entry's key; labels unique (identify.scenario.spec.twin_label)."""
     seen = {}
     for i, entry in enumerate(scn.sweep.twin):
         path = ("sweep", "twin", i)
