@@ -47,13 +47,14 @@ def _paper_variants(m: dict) -> list[str]:
     v = m["improved_variants_rms_closed_form"]["linear"]
     s = {t: m["rms"][t]["simplified"]["overall"] for t in ("excitation", "validation")}
     pe = m["parameter_errors"]["improved_stage1"]
-    assert m["improved_variant"] == "opposing" and all(m["targets_met"].values()), \
-        "docs/cli.md says auto picks 'opposing' and the targets are met"
+    assert m["improved_variant"] == "opposing", "docs/cli.md says auto picks 'opposing'"
+    met = {t: "met" if ok else "not met" for t, ok in m["targets_met"].items()}
     tgt = m["paper"]["targets_percent"] if "targets_percent" in m.get("paper", {}) else None
     out = [f"{v['excitation']:.2f} vs {s['excitation']:.2f} N*m on excitation",
            f"{v['validation']:.2f} vs {s['validation']:.2f} N*m on validation",
            f"{pe['within_3sigma']} of {pe['count']} base parameters within 3 sigma",
-           f"median |error| {pe['median_abs_error_percent']:.2f} %"]
+           f"median |error| {pe['median_abs_error_percent']:.2f} %",
+           f"excitation target {met['excitation']}, validation target {met['validation']}"]
     if tgt:
         out += [f">= {abs(tgt['excitation']):g} % reduction on excitation",
                 f">= {abs(tgt['validation']):g} % on validation"]
@@ -64,7 +65,6 @@ def _add_excitation(m: dict, q: dict) -> list[str]:
     """docs/excitation.md: the quickstart run (q) and the add_excitation run on it (m)."""
     h = m["trajectories"]["excitation"]["held"]
     pq, pa = (d["parameter_errors"]["improved_stage1"] for d in (q, m))
-    assert pq["within_3sigma"] == pq["count"] and pa["within_3sigma"] == pa["count"]
     return [f"the {h['n_base']} base",
             f"quickstart run alone {h['median_rel_std_held']:.4f} from its recorded samples",
             f"(its own design report, from the trajectory: "
@@ -72,7 +72,8 @@ def _add_excitation(m: dict, q: dict) -> list[str]:
             f"the new d-optimal trajectory alone {h['median_rel_std_new_alone']:.4f}",
             f"combined **{m['trajectories']['excitation']['median_rel_std']:.4f}**",
             f"{pq['median_abs_error_percent']:.2f} % -> **{pa['median_abs_error_percent']:.2f} %**",
-            f"({pa['count']} of {pa['count']} within 3 sigma both)"]
+            f"({pq['within_3sigma']} of {pq['count']} within 3 sigma alone, "
+            f"{pa['within_3sigma']} of {pa['count']} combined)"]
 
 
 def _f(x: float, d: int = 2) -> str:
@@ -83,11 +84,9 @@ def _quickstart_report(m: dict) -> list[str]:
     """docs/reading-a-report.md: the quickstart run's report."""
     r, imp = m["rms"], m["improvement_percent"]
     fl, ratio = m["noise_floor"], m["rms_over_noise_floor"]
-    pe1, pe2 = m["parameter_errors"]["improved_stage1"], m["parameter_errors"]["improved_stage2"]
+    pe1, pe2 = m["parameter_errors"]["improved_stage1"], m["parameter_errors"].get("improved_stage2")
     tr = m["trajectories"]["excitation"]
     s2 = m["stage2"]
-    fixed_xi = [j for j, ok in zip(s2["joints"], s2["xi_identified"]) if not ok]
-    assert fixed_xi == ["joint6"], fixed_xi
     pct = {t: f"{imp[t]:.1f}".replace("-", "−") for t in imp}
     return [f"excitation {_f(r['excitation']['simplified']['overall'])} → "
             f"{_f(r['excitation']['improved']['overall'])} N·m ({pct['excitation']} %)",
@@ -101,10 +100,11 @@ def _quickstart_report(m: dict) -> list[str]:
             f"{1e3 * tr['min_distance_m']:.0f} mm ({tr['closest_pair']})",
             f"{pe1['within_3sigma']} of {pe1['count']} base parameters",
             f"median error {pe1['median_abs_error_percent']:.2f} %",
-            f"{pe2['within_3sigma']} of {pe2['count']} stage-2 coefficients",
-            f"{pe2['skipped_count']} skipped",
             f"{s2['poorly_excited_count']} stage-2 coefficients poorly excited",
-            f"{m['poorly_excited_count']['improved_stage1']} of {pe1['count']} stage-1"]
+            f"{m['poorly_excited_count']['improved_stage1']} of {pe1['count']} stage-1"] + (
+        [f"{pe2['within_3sigma']} of {pe2['count']} stage-2 coefficients",
+         f"{pe2['skipped_count']} skipped"] if pe2 else
+        ["stage 2 has no constant truth under the twin's law"])
 
 
 def _closed_loop(m: dict) -> list[str]:

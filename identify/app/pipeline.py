@@ -36,6 +36,7 @@ from .identification import identify_recordings
 from .inputs import (build_model, check_budget, log_processing, log_specs, require_backend_files,
                      resolved_scenario, run_info)
 from .trajectories import trajectories
+from .truth import matched_law_messages
 
 __all__ = ["RunResult", "run_scenario", "fit_scenario", "trajectories_only"]
 
@@ -116,6 +117,7 @@ def run_scenario(scn: Scenario, out=None, *, force: bool = False, yes: bool = Fa
         ident.warnings[:0] = held_warnings
         timings["total_before_outputs"] = round(time.perf_counter() - t0, 4)
         run = run_info(scn, "run", timings)
+        run.messages[:0] = matched_law_messages(recs)
         for label, (_tr, info) in trajs.items():
             info.samples = recs[label].n_samples
             run.trajectories[label] = info

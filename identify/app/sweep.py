@@ -1,4 +1,5 @@
-"""Noise-sensitivity sweeps: a grid of sensor-noise levels x Monte Carlo seeds on the twin.
+"""Sweeps on the twin: a grid of twin laws / imperfections x sensor-noise levels x Monte Carlo
+seeds.
 
     from identify.scenario.spec import load_scenario
     from identify.app.sweep import run_sweep
@@ -8,7 +9,13 @@
 Grid (scenario ``sweep:``): per noise channel -- ``position`` (encoder, [rad]), ``torque`` (joint
 torque sensor, [N*m]), ``current`` (motor current, [A]) -- a list of noise standard deviations.
 ``combine: separate`` varies one channel at a time (the others at 0); ``together`` sets every
-channel to its k-th level at once. Each grid point runs ``seeds`` Monte Carlo seeds (twin setting
+channel to its k-th level at once; ``noise: {}`` leaves the scenario's own noise settings (one
+point). ``twin:`` (optional) lists twin settings to vary -- reducer laws and imperfections, e.g.
+``[{reducer_friction_law: opposing}, {label: independent, reducer_friction_law: speed_efficiency,
+presliding_rad: 5.0e-4}]`` -- each a mapping of twin keys over the scenario's ``twin:`` with an
+optional ``label``; every entry is crossed with the noise grid, so the summary reports per law the
+RMS reduction of the improved over the simplified model and the coverage of the reported std.
+Each grid point runs ``seeds`` Monte Carlo seeds (twin setting
 ``seed`` = seed0 .. seed0 + seeds - 1). A run = the excitation and validation trajectories on the
 twin, identification, and per run: the base-parameter errors of stage 1 against the twin's truth
 and the motor-torque RMS of every model on both trajectories.
@@ -18,7 +25,8 @@ needed) or a Dask distributed cluster (``--dask ADDRESS`` or ``sweep.executor: d
 ``sweep.dask_address``). The trajectories are optimized once, before the runs. Each finished run
 is written to ``<folder>/runs/<run_id>.json`` (atomically) as soon as it completes, and a re-run on
 the same folder skips every run whose file exists -- an interrupted sweep resumes where it stopped.
-The run id encodes the noise levels and the seed, so identical grid points are run once.
+The run id encodes the twin entry's label, the noise levels and the seed, so identical grid
+points are run once.
 
 Outputs: ``sweep.yaml`` (the resolved scenario), ``runs/*.json``, ``summary.json``, ``summary.md``,
 ``summary.html`` and ``plots/sweep_*.png`` (median over seeds with a 10-90 % band).
@@ -44,7 +52,7 @@ import yaml
 from identify.common import interrupts, progress
 from identify.common.errors import InputError
 from identify.common.fileio import hold_folder_lock
-from identify.scenario.spec import NOISE_ALIASES, Scenario
+from identify.scenario.spec import NOISE_ALIASES, Scenario, twin_label
 
 from .acquisition import record
 from .identification import identify_recordings
@@ -64,51 +72,74 @@ assert set(NOISE_SETTINGS) == set(NOISE_ALIASES)
 
 @dataclass(frozen=True)
 class SweepTask:
-    """One run: noise level per channel and the Monte Carlo seed."""
+    """One run: noise level per channel (empty: the scenario's noise), the Monte Carlo seed and
+    the twin settings of its ``sweep.twin`` entry (empty without one)."""
     run_id: str
     levels: tuple          # ((channel, std), ...) for every channel, in NOISE_ALIASES order
     seed: int
+    twin: tuple = ()       # ((twin key, value), ...) over the scenario's twin settings
+    twin_label: str = ""   # the entry's label ("" without sweep.twin)
 
     def settings(self, base: dict) -> dict:
-        """Twin settings of this run: the scenario's, with the noise levels and the seed."""
+        """Twin settings of this run: the scenario's, with the twin entry's settings, the noise
+        levels and the seed."""
         s = dict(base)
-        s.update({NOISE_SETTINGS[ch]: float(v) for ch, v in self.levels})
+        s.update(dict(self.twin))
+        if self.levels:
+            s.update({NOISE_SETTINGS[ch]: float(v) for ch, v in self.levels})
+            s["noise"] = True
         s["seed"] = int(self.seed)
-        s["noise"] = True
         return s
 
 
-def _run_id(levels: dict, seed: int) -> str:
-    parts = [f"{ch[0]}{levels[ch]:.6g}" for ch in NOISE_ALIASES]
-    return re.sub(r"[^A-Za-z0-9_.+-]", "_", "_".join(parts) + f"_s{seed}")
+def _run_id(levels: dict, seed: int, label: str = "") -> str:
+    parts = [f"{ch[0]}{levels[ch]:.6g}" for ch in NOISE_ALIASES] if levels else ["noise_scenario"]
+    rid = "_".join(parts) + f"_s{seed}"
+    if label:     # a readable prefix and a hash: labels that sanitize alike stay apart
+        safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", label)[:40]
+        rid = f"{safe}-{hashlib.sha256(label.encode()).hexdigest()[:6]}__{rid}"
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", rid)
+
+
+def _twin_entries(scn: Scenario) -> list[tuple[str, tuple]]:
+    """(label, ((key, value), ...)) per sweep.twin entry; [("", ())] without sweep.twin."""
+    if not scn.sweep.twin:
+        return [("", ())]
+    return [(twin_label(e), tuple(sorted((k, v) for k, v in e.items() if k != "label")))
+            for e in scn.sweep.twin]
 
 
 def grid(scn: Scenario) -> tuple[list[SweepTask], list[dict]]:
-    """Unique tasks and the grid points [{combine, channel, level_index, level, run_ids}]."""
+    """Unique tasks and the grid points [{twin, twin_settings, combine, channel, level_index,
+    levels, run_ids}] (twin entries outermost; ``combine: scenario`` for ``noise: {}``)."""
     sw = scn.sweep
     channels = [c for c in NOISE_ALIASES if c in sw.noise]
     seeds = [sw.seed0 + k for k in range(sw.seeds)]
     tasks: dict[str, SweepTask] = {}
     points = []
 
-    def add(combine, channel, k, levels):
-        full = {c: float(levels.get(c, 0.0)) for c in NOISE_ALIASES}
+    def add(entry, combine, channel, k, levels):
+        label, over = entry
+        full = {c: float(levels.get(c, 0.0)) for c in NOISE_ALIASES} if levels is not None else {}
         ids = []
         for s in seeds:
-            rid = _run_id(full, s)
-            tasks.setdefault(rid, SweepTask(rid, tuple(full.items()), s))
+            rid = _run_id(full, s, label)
+            tasks.setdefault(rid, SweepTask(rid, tuple(full.items()), s, over, label))
             ids.append(rid)
-        points.append({"combine": combine, "channel": channel, "level_index": k,
-                       "levels": full, "run_ids": ids})
+        points.append({"twin": label, "twin_settings": dict(over), "combine": combine,
+                       "channel": channel, "level_index": k, "levels": full, "run_ids": ids})
 
-    if "separate" in sw.combine:
-        for ch in channels:
-            for k, lv in enumerate(sw.noise[ch]):
-                add("separate", ch, k, {ch: lv})
-    if "together" in sw.combine:
-        n_lv = len(sw.noise[channels[0]])
-        for k in range(n_lv):
-            add("together", "all", k, {ch: sw.noise[ch][k] for ch in channels})
+    for entry in _twin_entries(scn):
+        if not channels:
+            add(entry, "scenario", "none", 0, None)
+            continue
+        if "separate" in sw.combine:
+            for ch in channels:
+                for k, lv in enumerate(sw.noise[ch]):
+                    add(entry, "separate", ch, k, {ch: lv})
+        if "together" in sw.combine:
+            for k in range(len(sw.noise[channels[0]])):
+                add(entry, "together", "all", k, {ch: sw.noise[ch][k] for ch in channels})
     return list(tasks.values()), points
 
 
@@ -132,9 +163,12 @@ def run_task(scn: Scenario, trajs: dict, task: SweepTask) -> dict:
     model = _model(scn)
     recs = record(scn, trajs, model=model, settings=task.settings(scn.twin), show=False)
     ident = identify_recordings(scn, model, recs, decompose=False)
-    return sweep_record(ident, run_id=task.run_id, levels=task.levels, seed=task.seed,
-                        time_s=time.perf_counter() - t0, host=os.uname().nodename,
-                        pid=os.getpid())
+    out = sweep_record(ident, run_id=task.run_id, levels=task.levels, seed=task.seed,
+                       time_s=time.perf_counter() - t0, host=os.uname().nodename,
+                       pid=os.getpid())
+    if task.twin_label:
+        out.update(twin=task.twin_label, twin_settings=dict(task.twin))
+    return out
 
 
 def _run_task_star(args):
@@ -218,7 +252,7 @@ def run_sweep(scn: Scenario, out=None, *, dask_address: str | None = None,
     """Run (or resume) the scenario's noise sweep; see the module docstring. Refused before
     anything runs when its estimated time or memory exceeds the budget, unless `yes`."""
     if scn.backend != "twin":
-        raise InputError("a noise sweep needs backend: twin (it sets the twin's sensor noise)")
+        raise InputError("a sweep needs backend: twin (it sets the twin's sensor noise and laws)")
     sw = scn.sweep
     address = dask_address or (sw.dask_address if sw.executor == "dask" else None)
     if sw.executor == "dask" and not address:
@@ -354,6 +388,10 @@ METRICS = {
                                   lambda r: r["rms_overall"].get("validation", {}).get("simplified")),
     "validation_rms_improved": ("validation RMS, improved [N*m]",
                                 lambda r: r["rms_overall"].get("validation", {}).get("improved")),
+    "excitation_reduction_percent": ("RMS reduction improved vs simplified, excitation [%]",
+                                     lambda r: r.get("improvement_percent", {}).get("excitation")),
+    "validation_reduction_percent": ("RMS reduction improved vs simplified, validation [%]",
+                                     lambda r: r.get("improvement_percent", {}).get("validation")),
 }
 
 
@@ -400,6 +438,7 @@ def summarize(folder, scn: Scenario, points: list, timings: dict | None = None) 
         rows.append(row)
     summary = {"name": scn.name, "created": _dt.datetime.now().isoformat(timespec="seconds"),
                "noise_settings": NOISE_SETTINGS, "seeds": scn.sweep.seeds,
+               "twin": [{"label": lb, "settings": dict(ov)} for lb, ov in _twin_entries(scn) if lb],
                "points": rows, "timings_s": timings or {},
                "runs_finished": len(runs)}
     _atomic_json(folder / "summary.json", summary)
@@ -416,10 +455,11 @@ def _plot(folder: Path, rows: list) -> list[Path]:
     pdir.mkdir(exist_ok=True)
     groups: dict = {}
     for r in rows:
-        groups.setdefault((r["combine"], r["channel"]), []).append(r)
+        if r["combine"] != "scenario":     # a single point per law: the law plot below
+            groups.setdefault((r.get("twin", ""), r["combine"], r["channel"]), []).append(r)
     out = []
     units = {"position": "rad", "torque": "N*m", "current": "A"}
-    for (combine, channel), rs in groups.items():
+    for (label, combine, channel), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["level_index"])
         x = (np.array([r["levels"][channel] for r in rs]) if channel in units
              else np.array([r["level_index"] for r in rs], float))
@@ -436,13 +476,41 @@ def _plot(folder: Path, rows: list) -> list[Path]:
                           else "noise level index (all channels together)")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-        fig.suptitle(f"sweep: {channel} ({combine}); median over seeds, 10-90 % band")
+        fig.suptitle((f"twin {label}: " if label else "") +
+                     f"sweep: {channel} ({combine}); median over seeds, 10-90 % band")
         fig.tight_layout()
-        path = pdir / f"sweep_{combine}_{channel}.png"
+        tag = f"{_run_id({}, 0, label).split('__')[0]}_" if label else ""
+        path = pdir / f"sweep_{tag}{combine}_{channel}.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)
         out.append(path)
+    laws = [r for r in rows if r["combine"] == "scenario" and r.get("twin")]
+    if laws:
+        out.append(_plot_laws(pdir, laws))
     return out
+
+
+def _plot_laws(pdir: Path, rows: list) -> Path:
+    """Validation RMS of both models per twin entry (median over seeds, 10-90 % bars)."""
+    import matplotlib.pyplot as plt
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(rows) + 2), 3.6))
+    for j, key in enumerate(("validation_rms_simplified", "validation_rms_improved")):
+        med = np.array([np.nan if r[key]["median"] is None else r[key]["median"] for r in rows])
+        lo = np.array([np.nan if r[key]["p10"] is None else r[key]["p10"] for r in rows])
+        hi = np.array([np.nan if r[key]["p90"] is None else r[key]["p90"] for r in rows])
+        ax.bar(x + (j - 0.5) * 0.38, med, 0.38, yerr=[med - lo, hi - med], capsize=3,
+               label=METRICS[key][0])
+    ax.set_xticks(x, [r["twin"] for r in rows], fontsize=7, rotation=15)
+    ax.set_ylabel("[N*m]")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7)
+    fig.suptitle("sweep over twin settings: validation RMS, median over seeds, 10-90 %")
+    fig.tight_layout()
+    path = pdir / "sweep_twin.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
 
 
 def _fmt(s: dict) -> str:
@@ -455,27 +523,34 @@ def _write_summary_docs(folder: Path, summary: dict, plots: list) -> None:
     from identify.common.fileio import atomic_write_text
 
     from identify.outputs.markup import render_html, render_markdown
-    head = ["combine", "channel", "level", "runs"] + [METRICS[k][0] for k in METRICS]
+    by_law = bool(summary.get("twin"))
+    lead = ["twin"] if by_law else []
+    head = lead + ["combine", "channel", "level", "runs"] + [METRICS[k][0] for k in METRICS]
     rows = []
     for r in summary["points"]:
         lvl = r["levels"].get(r["channel"]) if r["channel"] in r["levels"] else \
-            ", ".join(f"{k}={v:g}" for k, v in r["levels"].items())
-        rows.append([r["combine"], r["channel"], f"{lvl:g}" if isinstance(lvl, float) else lvl,
+            (", ".join(f"{k}={v:g}" for k, v in r["levels"].items()) or "scenario's")
+        rows.append(([r.get("twin", "")] if by_law else []) +
+                    [r["combine"], r["channel"], f"{lvl:g}" if isinstance(lvl, float) else lvl,
                      f"{r['runs_finished']}/{r['runs_total']}"] + [_fmt(r[k]) for k in METRICS])
-    cov_head = ["combine", "channel", "level", "stage", "n z", "within 1 sigma",
-                "within 2 sigma", "within 3 sigma", "RMS z"]
+    cov_head = lead + ["combine", "channel", "level", "stage", "n z", "within 1 sigma",
+                       "within 2 sigma", "within 3 sigma", "RMS z"]
     cov_rows = []
     for r, row in zip(summary["points"], rows):
         for stage, c in r.get("coverage", {}).items():
-            cov_rows.append(row[:3] + [stage, str(c["n"])]
+            cov_rows.append(row[:len(lead) + 3] + [stage, str(c["n"])]
                             + [f"{100 * c[k]:.1f} %" for k in ("within_1sigma", "within_2sigma",
                                                                "within_3sigma")]
                             + [f"{c['rms_z']:.3g}"])
-    blocks = [("h", 1, f"twinid noise sweep: {summary['name']}"),
+    blocks = [("h", 1, f"twinid sweep: {summary['name']}"),
               ("p", f"{summary['runs_finished']} runs finished; {summary['seeds']} Monte Carlo seeds "
                     f"per grid point; cells: median [10 %, 90 %] over seeds. Noise settings of the "
-                    f"twin: " + ", ".join(f"{k} -> `{v}`" for k, v in NOISE_SETTINGS.items())),
-              ("table", head, rows)]
+                    f"twin: " + ", ".join(f"{k} -> `{v}`" for k, v in NOISE_SETTINGS.items()))]
+    if by_law:
+        blocks.append(("p", "Twin settings varied (over the scenario's twin:): " + "; ".join(
+            f"{t['label']}: " + (", ".join(f"{k}={v}" for k, v in t["settings"].items()) or "--")
+            for t in summary["twin"])))
+    blocks.append(("table", head, rows))
     if cov_rows:
         blocks += [("h", 2, "Calibration of the reported uncertainty"),
                    ("p", "z = (estimate - truth) / reported std, pooled over the seeds of a grid "

@@ -61,6 +61,23 @@ def recorded_drive_truth(recs: dict | None) -> DriveTruth | None:
     return None
 
 
+#: the first words of the message a run on a matched law carries (outputs/report.py puts it first)
+MATCHED_LAW = "MATCHED LAW"
+
+
+def matched_law_messages(recs: dict | None) -> list[str]:
+    """[one message] when the twin's reducer loss law is the one a fitted variant assumes
+    (``DriveTruth.shared_with_variant``), so the run grades that variant on its own law; [] on
+    an independent law or without a twin truth (logs, hardware)."""
+    dt = recorded_drive_truth(recs)
+    if dt is None or not dt.shared_with_variant:
+        return []
+    return [f"{MATCHED_LAW}: the twin's reducer loss follows the '{dt.law}' law, the law the "
+            f"improved model's '{dt.shared_with_variant}' variant assumes; its figures grade that "
+            f"variant on its own law (deliberately here). For a law no fitted variant shares set "
+            f"twin.reducer_friction_law: speed_efficiency (README, the paper's finding)."]
+
+
 def _apply_drive_truth(truth: Truth, dt: DriveTruth, joint_names: list) -> Truth:
     """Replace the drive-file stage-1 friction and stage-2 coefficients of `truth` by the twin's
     recorded drive truth (reordered to `joint_names`); a coefficient the law has no constant

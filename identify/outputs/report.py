@@ -131,6 +131,9 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
 def _warning_blocks(metrics: dict) -> list[tuple]:
     """The loud warnings first: results that cannot be trusted."""
     B: list[tuple] = []
+    for m in metrics.get("messages") or []:      # a deliberately matched twin law, first
+        if str(m).startswith("MATCHED LAW"):
+            B.append(("p", f"**{m}**"))
     loud = [m for m in metrics.get("messages") or [] if str(m).startswith("WARNING")]
     if loud:
         B.append(("h", 2, "WARNING: results not trustworthy"))

@@ -11,7 +11,7 @@ from identify.estimation.processing import ProcessingSettings
 from identify.model.payload import payload_problem
 from identify.outputs.layout import URDF, exported_model
 
-from .spec import LogSpec, NOISE_ALIASES, Scenario, ScenarioError, TrajectorySpec
+from .spec import LogSpec, NOISE_ALIASES, Scenario, ScenarioError, TrajectorySpec, twin_label
 
 
 class CheckContext:
@@ -315,6 +315,7 @@ def cross_checks(scn: Scenario, data: dict, ctx: CheckContext) -> None:
         for i, v in enumerate(levels):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ctx.error(pk + (i,), f"noise level must be a finite number >= 0, got {v!r}")
+    _check_sweep_twin(scn, ctx)
     if "together" in sw.combine and len({len(v) for v in sw.noise.values()}) > 1:
         raise ctx.error(("sweep", "combine"), "combine: together needs the same number of levels "
                         "for every noise channel: " +
@@ -596,6 +597,23 @@ def _check_keys_types(cls, d: dict, path: tuple, ctx: CheckContext, paths: dict 
                 raise ctx.error(paths.get(k, path + (k,)), f"must be a string, got {type_name(v)} {v!r}")
         elif ann.startswith("dict") and not isinstance(v, dict):
             raise ctx.error(paths.get(k, path + (k,)), f"must be a mapping, got {type_name(v)}")
+
+
+def _check_sweep_twin(scn, ctx: CheckContext) -> None:
+    """sweep.twin: each entry's twin settings (over the scenario's twin:) checked by the twin's
+    own validator at the entry's key; labels unique (identify.scenario.spec.twin_label)."""
+    seen = {}
+    for i, entry in enumerate(scn.sweep.twin):
+        path = ("sweep", "twin", i)
+        if "label" in entry and (not isinstance(entry["label"], str) or not entry["label"].strip()):
+            raise ctx.error(path + ("label",), "must be a non-empty string")
+        label = twin_label(entry)
+        if label in seen:
+            raise ctx.error(path, f"repeats the twin settings / label {label!r} of entry {seen[label]}")
+        seen[label] = i
+        if scn.backend == "twin":
+            over = {k: v for k, v in entry.items() if k != "label"}
+            _delegate("twin", {**scn.twin, **over}, path, ctx, required=True)
 
 
 def _delegate(backend: str, settings: dict, path: tuple, ctx: CheckContext, required: bool | None = None,

@@ -206,6 +206,15 @@ class OutputSpec:
 NOISE_ALIASES = ("position", "torque", "current")
 
 
+def twin_label(entry: dict) -> str:
+    """The name of one ``sweep.twin`` entry: its ``label``, else its settings as key=value joined
+    by commas (keys sorted); ``scenario`` for an empty entry."""
+    if entry.get("label"):
+        return str(entry["label"])
+    items = sorted((k, v) for k, v in entry.items() if k != "label")
+    return ",".join(f"{k}={v}" for k, v in items) or "scenario"
+
+
 @dataclass(frozen=True)
 class SweepSpec:
     noise: dict = _f(factory=lambda: {"position": [0.0, 1e-4, 1e-3], "torque": [0.0, 0.05, 0.2],
@@ -214,6 +223,10 @@ class SweepSpec:
     combine: tuple[Literal["separate", "together"], ...] = _f(
         ("separate", "together"), min_len=1,
         doc="separate: one channel at a time; together: all channels at level k at once")
+    twin: tuple[dict, ...] = _f(
+        (), doc="twin settings to vary (laws, imperfections): a list of mappings of twin keys "
+                "over the scenario's twin:, each with an optional label; every one is crossed "
+                "with the noise grid (noise: {} = the scenario's own noise)")
     seeds: int = _f(5, min=1, max=100000, doc="Monte Carlo seeds per grid point")
     seed0: int = _f(0, min=0, doc="first seed")
     executor: Literal["local", "dask"] = _f("local", doc="local processes | dask distributed")

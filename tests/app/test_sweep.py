@@ -134,3 +134,79 @@ def test_sweep_needs_the_twin(capsys):
     from identify.app.cli import main
     assert main(["--quiet", "sweep", str(ROOT / "scenarios" / "hardware.yaml")]) == 2
     assert "backend: twin" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------
+# sweep.twin: the grid over twin laws and imperfections (issue 22 item 5)
+# ------------------------------------------------------------------------------------------------
+INDEPENDENT = {"label": "independent", "reducer_friction_law": "speed_efficiency",
+               "presliding_rad": 5.0e-4, "link_friction_load_driving": 0.05,
+               "link_friction_load_braking": 0.02}
+
+
+def test_grid_crosses_twin_entries_with_noise():
+    d = tiny({"torque": [0.0, 0.1]}, seeds=2)
+    d["sweep"]["twin"] = [{"reducer_friction_law": "opposing"}, INDEPENDENT]
+    tasks, points = grid(scenario_from_dict(d))
+    assert len(points) == 2 * 2 and len(tasks) == 2 * 2 * 2
+    assert [p["twin"] for p in points] == ["reducer_friction_law=opposing"] * 2 + ["independent"] * 2
+    t = next(t for t in tasks if t.twin_label == "independent" and dict(t.levels)["torque"] == 0.1)
+    s = t.settings({"sample_rate_hz": 100, "reducer_friction_law": "opposing", "presliding_rad": 0})
+    assert s["reducer_friction_law"] == "speed_efficiency" and s["presliding_rad"] == 5.0e-4
+    assert s[NOISE_SETTINGS["torque"]] == 0.1 and s["noise"] is True and s["sample_rate_hz"] == 100
+    # noise: {} keeps the scenario's noise settings: one point per entry, nothing overridden
+    d = tiny({}, seeds=1)
+    d["sweep"]["twin"] = [INDEPENDENT]
+    d["twin"]["torque_noise_Nm"] = 0.07
+    tasks, points = grid(scenario_from_dict(d))
+    assert len(tasks) == 1 and points[0]["combine"] == "scenario" and points[0]["levels"] == {}
+    s = tasks[0].settings(scenario_from_dict(d).twin)
+    assert s["torque_noise_Nm"] == 0.07 and "noise" not in s and s["presliding_rad"] == 5.0e-4
+
+
+@pytest.mark.parametrize("entry, key, msg", [
+    ({"reducer_friction_law": "no_such_law"}, "reducer_friction_law", "must be"),
+    ({"presliding_rad": 1.0}, "presliding_rad", "presliding_rad"),
+    ({"no_such_key": 1}, "no_such_key", "no_such_key"),
+    ({"label": ""}, "label", "non-empty"),
+])
+def test_bad_twin_entry_refused_at_load_naming_its_key(entry, key, msg):
+    from identify.scenario.spec import ScenarioError
+    d = tiny({}, seeds=1)
+    d["sweep"]["twin"] = [{"reducer_friction_law": "opposing"}, entry]
+    with pytest.raises(ScenarioError, match=msg) as exc:
+        scenario_from_dict(d)
+    assert "sweep.twin.1" in str(exc.value) or "sweep.twin[1]" in str(exc.value), str(exc.value)
+
+
+def test_repeated_twin_entry_refused():
+    from identify.scenario.spec import ScenarioError
+    d = tiny({}, seeds=1)
+    d["sweep"]["twin"] = [{"reducer_friction_law": "opposing"}, {"reducer_friction_law": "opposing"}]
+    with pytest.raises(ScenarioError, match="repeats"):
+        scenario_from_dict(d)
+
+
+def test_tiny_law_sweep_reports_per_law(tmp_path):
+    """Two laws, one seed: the matched law (opposing, the improved model's own) and an independent
+    one (speed_efficiency + presliding + load friction). Each worker must run ITS law: only the
+    matched one has a constant stage-1/2 truth (the twin says so), hence parameter errors and
+    coverage; the improved model gains more on its own law than on the independent one."""
+    d = tiny({}, seeds=1)
+    d["sweep"]["twin"] = [{"label": "matched", "reducer_friction_law": "opposing"}, INDEPENDENT]
+    res = run_sweep(scenario_from_dict(d), out=tmp_path / "laws", workers=2)
+    assert len(res.ran) == 2
+    pts = {p["twin"]: p for p in res.summary["points"]}
+    assert set(pts) == {"matched", "independent"}
+    m, ind = pts["matched"], pts["independent"]
+    assert m["coverage"]["improved_stage2"]["n"] > 0 and m["param_median_abs_error_percent"]["n"] == 1
+    assert ind["coverage"] == {} and ind["param_median_abs_error_percent"]["n"] == 0
+    for p in (m, ind):    # the improved model beats the simplified one on both laws
+        assert p["validation_rms_improved"]["median"] < p["validation_rms_simplified"]["median"]
+        assert p["validation_reduction_percent"]["median"] < 0
+    assert m["excitation_reduction_percent"]["median"] < ind["excitation_reduction_percent"]["median"] - 10
+    rec = json.loads(next((tmp_path / "laws" / "runs").glob("independent-*.json")).read_text())
+    assert rec["twin"] == "independent" and rec["twin_settings"]["presliding_rad"] == 5.0e-4
+    md = (tmp_path / "laws" / "summary.md").read_text()
+    assert "| independent |" in md and "RMS reduction" in md
+    assert (tmp_path / "laws" / "plots" / "sweep_twin.png").is_file()
