@@ -194,8 +194,20 @@ class RestAware:
         """(N,) bool alarms of recording `rec` (its q_cmd tells rest from motion)."""
         r, band = observer_residual(model, rec, signal, gain, stiction_speed)
         rest = rest_mask(rec.q_cmd, float(np.median(np.diff(rec.t))), self.settle_s)
+        rr = _rest_residual(model, rec, signal, gain, rest)
         th = np.where(rest[:, None], self.rest.value, self.moving.value + band)
-        return np.any(np.abs(rest_referenced(r, rest)) > th, axis=1)
+        return np.any(np.abs(np.where(rest[:, None], rr, r)) > th, axis=1)
+
+
+def _rest_residual(model: JointModel, rec, signal: str, gain: float, rest: np.ndarray):
+    """The rest-referenced residual of a model without its direction-dependent terms (Coulomb,
+    motor Coulomb, the opposing reducer loss): at standstill their sign follows the velocity
+    noise, while the friction they stand for is held (the reference takes it)."""
+    import dataclasses
+    z = np.zeros(model.n)
+    still = dataclasses.replace(model, coulomb=z, f_mc=z, xi_opp=z)
+    r, _ = observer_residual(still, rec, signal, gain, 0.0)
+    return rest_referenced(r, rest)
 
 
 def rest_aware(model: JointModel, calib, calib_rest, signal: str = "tau_m", gain: float = 50.0,
@@ -209,9 +221,9 @@ def rest_aware(model: JointModel, calib, calib_rest, signal: str = "tau_m", gain
     r, band = observer_residual(model, calib, signal, gain, stiction_speed)
     still = rest_mask(calib.q_cmd, dt, settle_s)
     mov = thresholds(r[~still], k_sigma, peak_factor, margin_Nm, band=band[~still])
-    rr, _ = observer_residual(model, calib_rest, signal, gain, stiction_speed)
     rest = rest_mask(calib_rest.q_cmd, float(np.median(np.diff(calib_rest.t))), settle_s)
     if not np.any(rest):
         raise ValueError(f"rest calibration: the recording is never still for {settle_s} s")
-    th_rest = thresholds(rest_referenced(rr, rest)[rest], k_sigma, peak_factor, margin_Nm)
+    rr = _rest_residual(model, calib_rest, signal, gain, rest)
+    th_rest = thresholds(rr[rest], k_sigma, peak_factor, margin_Nm)
     return RestAware(moving=mov, rest=th_rest, settle_s=float(settle_s))
