@@ -13,6 +13,18 @@ and `twinid run scenarios/payload.yaml`. Printed per seed and as the worst case:
 
 Each run's numbers come from its metrics.json; the script first asserts they are sane (finite,
 the baseline PID-only case has a non-zero error, the contact's true external torque is non-zero).
+
+    python benchmarks/bench_closed_loop.py --transfer [--seeds 0]
+
+The model at work on the matched law (scenarios/closed_loop.yaml) and on laws no fitted model
+shares (scenarios/closed_loop_independent.yaml: speed_efficiency, load-dependent and Dahl
+presliding link friction), issue 22 item 4: feed-forward and payload as above, and collision
+thresholds TRANSFERRED -- calibrated on a collision-free run of the excitation trajectory, judged
+on the validation trajectory: false alarms over 60 s (6 periods), detection rate and delay over
+20 onsets of 5 / 10 / 20 N on the forearm while moving (directions +x, +y, -x, -y in turn) and
+20 onsets at standstill (the validation start pose held, +-x in turn), per observer signal
+(motor torque, joint torque sensor). "felt" counts the onsets whose true external joint torque
+(the twin's) reaches 1 N*m on some joint (a contact along a joint axis loads no joint).
 """
 from __future__ import annotations
 
@@ -22,6 +34,8 @@ import math
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,13 +53,147 @@ def _with_seed(path: Path, seed: int, out: Path):
     return dataclasses.replace(scn, twin=twin), out / f"{path.stem}_seed{seed}"
 
 
+def _contacts(force: float, times, dirs) -> list:
+    """Twin contact settings on the forearm (link3, at its CoM), 0.2 s each, world directions
+    `dirs` (k, 3) in turn."""
+    return [{"link": "link3", "time_s": float(t), "duration_s": 0.2,
+             "force_N": (force * np.asarray(dirs[i % len(dirs)], float)).tolist()}
+            for i, t in enumerate(times)]
+
+
+def transfer_study(scn, folder: Path, seed: int) -> list:
+    """Rows (signal, case, OnsetDetection) of the thresholds-transfer study (module doc) with the
+    model exported in `folder`, on the twin of `scn`."""
+    from identify.app.acquisition import backend_arm
+    from identify.app.inputs import build_model
+    from identify.app.trajectories import get_trajectory
+    from identify.backend.contact import Contact
+    from identify.control.closed_loop import run_case
+    from identify.control.detection import observer_residual, onset_detection, rest_aware
+    from identify.control.feedforward import feedforward
+    from identify.control.joint_model import from_export
+    from identify.control.observer import alarms, thresholds
+    from identify.excitation.fourier import FourierTrajectory
+    from identify.outputs import layout
+    model = build_model(scn)
+    ex = layout.exported_model(folder)
+    ident = from_export(model, ex.urdf, ex.sidecar, ex.parameters)
+    trs = {k: get_trajectory(getattr(scn.trajectories, k), model,
+                             scn.identification.friction_terms, k)[0]
+           for k in ("excitation", "validation")}
+    val = trs["validation"]
+    hold = FourierTrajectory(q0=val.q0, a=np.zeros((model.n, 1)), b=np.zeros((model.n, 1)),
+                             wf=2 * np.pi / 0.8)
+    col = scn.closed_loop.collision
+    s = {**scn.backend_settings(), "sample_rate_hz": scn.closed_loop.sample_rate_hz}
+    arm, ff = backend_arm(scn, model), feedforward(ident)
+    times = 0.35 + 0.5 * np.arange(20)
+    moving = [(1, 0, 0), (0, 1, 0), (-1, 0, 0), (0, -1, 0)]
+    hold_ex = FourierTrajectory(q0=trs["excitation"].q0, a=np.zeros((model.n, 1)),
+                                b=np.zeros((model.n, 1)), wf=2 * np.pi / 3.0)
+    runs = {"calibration (excitation)": (trs["excitation"], 1, []),
+            "rest calibration": (hold_ex, 1, []),
+            "free, other trajectory": (val, 6, []),
+            **{f"{f:g} N moving": (val, 1, _contacts(f, times, moving)) for f in (5.0, 10.0, 20.0)},
+            # one contact per rest episode (0.8 s hold, contact at 0.5 s): a contact at rest moves
+            # the friction state, a detection at rest latches (docs/closed_loop.md)
+            **{f"{f:g} N at rest #{i}": (hold, 1, _contacts(f, [0.5], [((-1) ** i, 0, 0)]))
+               for f in (5.0, 10.0, 20.0) for i in range(20)}}
+    recs = {k: run_case("twin", arm, {**s, "seed": seed + 10 + i, "contacts": c}, tr, ff,
+                        periods=p)
+            for i, (k, (tr, p, c)) in enumerate(runs.items())}
+    rows = []
+    for sig in ("tau_m", "tau_j"):
+        r_cal, b_cal = observer_residual(ident, recs["calibration (excitation)"], sig,
+                                         col.observer_gain, col.stiction_speed_rad_s)
+        th = thresholds(r_cal, col.k_sigma, col.peak_factor, col.margin_Nm, band=b_cal)
+        ra = rest_aware(ident, recs["calibration (excitation)"], recs["rest calibration"], sig,
+                        col.observer_gain, col.stiction_speed_rad_s, k_sigma=col.k_sigma,
+                        peak_factor=col.peak_factor, margin_Nm=col.margin_Nm)
+        for k, rec in list(recs.items())[2:]:
+            r, b = observer_residual(ident, rec, sig, col.observer_gain, col.stiction_speed_rad_s)
+            cs = [Contact(link=c["link"], time_s=c["time_s"], duration_s=c["duration_s"],
+                          force_N=tuple(c["force_N"])) for c in runs[k][2]]
+            tex = (rec.truth or {}).get("tau_ext")
+            rows.append((sig, "static", k.split(" #")[0],
+                         onset_detection(rec.t, alarms(r, th.value, b), cs, col.observer_gain,
+                                         tex), th.value))
+            a = ra.alarms(ident, rec, sig, col.observer_gain, col.stiction_speed_rad_s)
+            rows.append((sig, "rest-aware", k.split(" #")[0],
+                         onset_detection(rec.t, a, cs, col.observer_gain, tex), ra.rest.value))
+    return _merge(rows)
+
+
+def _merge(rows) -> list:
+    """Rows of the same (signal, rule, case) -- the one-contact rest runs -- as one row."""
+    from identify.control.detection import OnsetDetection
+    out = {}
+    for sig, rule, k, od, th in rows:
+        key = (sig, rule, k)
+        if key not in out:
+            out[key] = (sig, rule, k, od, th)
+            continue
+        o = out[key][3]
+        out[key] = (sig, rule, k, OnsetDetection(
+            onsets_s=np.append(o.onsets_s, od.onsets_s), detected=np.append(o.detected, od.detected),
+            delay_ms=np.append(o.delay_ms, od.delay_ms), false_alarms=o.false_alarms + od.false_alarms,
+            duration_s=o.duration_s + od.duration_s,
+            tau_ext_peak_Nm=np.append(o.tau_ext_peak_Nm, od.tau_ext_peak_Nm)), th)
+    return list(out.values())
+
+
+def _print_transfer(law: str, rows) -> None:
+    print(f"\n{law}: thresholds from the excitation run, judged on the validation trajectory")
+    print("signal | thresholds | case | detected (all / felt >= 1 N*m) | delay median / max [ms] | "
+          "false alarms | duration [s] | thresholds (static: moving; rest-aware: at rest) [N*m]")
+    for sig, rule, k, od, th in sorted(rows, key=lambda x: (x[0], x[1]), reverse=True):
+        felt = od.tau_ext_peak_Nm >= 1.0
+        d = od.delay_ms[od.detected]
+        dl = f"{np.median(d):.0f} / {np.max(d):.0f}" if d.size else "--"
+        det = (f"{int(od.detected.sum())}/{od.detected.size} / "
+               f"{int(od.detected[felt].sum())}/{int(felt.sum())}") if od.detected.size else "--"
+        print(f"{sig} | {rule} | {k} | {det} | {dl} | {od.false_alarms} | {od.duration_s:.0f} | "
+              f"{' '.join(f'{v:.2g}' for v in th)}")
+
+
+def transfer_main(seeds, out: Path) -> int:
+    """The --transfer mode (module doc)."""
+    for seed in seeds:
+        for stem in ("closed_loop", "closed_loop_independent"):
+            scn, folder = _with_seed(ROOT / "scenarios" / f"{stem}.yaml", seed, out)
+            m = run_scenario(scn, out=folder).metrics
+            cl = m["closed_loop"]
+            tr = cl["tracking_rms_rad"]
+            print(f"\n== {stem}, seed {seed}: reducer law "
+                  f"{scn.twin.get('reducer_friction_law', 'opposing')}; tracking RMS PID / "
+                  f"identified / true-constant-model [mrad] {1e3 * tr['pid_only']:.4f} / "
+                  f"{1e3 * tr['identified_ff']:.4f} / {1e3 * tr['true_ff']:.4f}; identified/PID "
+                  f"{cl['goals']['identified_vs_pid']:.3f}, identified/true "
+                  f"{cl['goals']['identified_vs_true']:.3f}")
+            _print_transfer(stem, transfer_study(scn, folder, seed))
+            pscn, pfolder = _with_seed(ROOT / "scenarios" / "payload.yaml", seed, out)
+            if stem != "closed_loop":
+                import dataclasses
+                laws = {k: v for k, v in scn.twin.items() if k not in ("sample_rate_hz", "seed")}
+                pscn = dataclasses.replace(pscn, twin={**pscn.twin, **laws})
+                pfolder = pfolder.with_name(pfolder.name + "_independent")
+            p = run_scenario(pscn, out=pfolder).metrics["payload"]
+            print(f"payload ({stem} laws): mass {p['errors']['mass_percent']:+.3f} %, CoM "
+                  f"{1e3 * p['errors']['com_m']:.2f} mm")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", default="/tmp/twinid_bench_closed_loop")
+    ap.add_argument("--transfer", action="store_true",
+                    help="the model at work on the matched and the independent laws (issue 22)")
     a = ap.parse_args()
     progress.set_quiet(True)
     out = Path(a.out)
+    if a.transfer:
+        return transfer_main(a.seeds, out)
     rows = []
     for seed in a.seeds:
         t0 = time.perf_counter()

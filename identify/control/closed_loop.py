@@ -70,13 +70,14 @@ class ClosedLoopResult:
 
 
 def run_case(backend_name: str, arm: BackendArm, settings: dict, trajectory, tau_ff, *,
-             progress: bool = False):
-    """One closed-loop run of `trajectory` with feed-forward callable `tau_ff` on a fresh backend
-    (same settings, hence the same sensor-noise seed, for every case). Returns the Recording."""
+             progress: bool = False, periods: int = 1):
+    """One closed-loop run of `trajectory` (`periods` times back to back) with feed-forward
+    callable `tau_ff` on a fresh backend (same settings, hence the same sensor-noise seed, for
+    every case). Returns the Recording."""
     be = load_backend(backend_name, arm, settings)
     kw = {} if tau_ff is None else {"tau_ff": tau_ff}
     try:
-        return be.run(trajectory, periods=1, progress=progress, **kw)
+        return be.run(trajectory, periods=int(periods), progress=progress, **kw)
     finally:
         be.close()
 

@@ -16,10 +16,11 @@ import numpy as np
 from identify.backend.contact import Contact
 
 from .joint_model import JointModel
-from .observer import (Thresholds, alarms, link_torque_from_motor, residual, stiction_band,
-                       thresholds)
+from .observer import (Thresholds, alarms, link_torque_from_motor, residual, rest_mask,
+                       rest_referenced, stiction_band, thresholds)
 
-__all__ = ["CollisionResult", "observer_residual", "evaluate", "episodes"]
+__all__ = ["CollisionResult", "observer_residual", "evaluate", "episodes", "OnsetDetection",
+           "onset_detection", "RestAware", "rest_aware"]
 
 
 @dataclass
@@ -115,3 +116,114 @@ def evaluate(model: JointModel, calib, free, contact_rec, contact: Contact, *, n
         peak_residual_Nm=np.max(np.abs(r[inside]), axis=0) if np.any(inside) else np.zeros(model.n),
         tau_ext_peak_Nm=tex, t=t, r=r, band=band, stiction_speed=float(stiction_speed),
         band_fraction=float(np.mean(np.any(band > th.value, axis=1))))
+
+
+@dataclass
+class OnsetDetection:
+    """Detection of many contact onsets on one run. onsets_s (m,) [s] the contacts' starts;
+    detected (m,) bool: an alarm episode starts inside the contact window [t0, t1) (or the alarm
+    is on at the onset, delay 0); delay_ms (m,) [ms] first alarm minus onset (nan if missed);
+    false_alarms: episodes starting outside every window [t0, t1 + 5/K_O); duration_s [s] of
+    the run; tau_ext_peak_Nm (m,) the largest true external joint torque of each contact
+    (nan off the twin)."""
+    onsets_s: np.ndarray
+    detected: np.ndarray
+    delay_ms: np.ndarray
+    false_alarms: int
+    duration_s: float
+    tau_ext_peak_Nm: np.ndarray
+
+    @property
+    def rate(self) -> float:
+        """Share of the onsets detected [-] (nan without onsets)."""
+        return float(np.mean(self.detected)) if self.detected.size else float("nan")
+
+    @property
+    def max_delay_ms(self) -> float:
+        """Largest delay of the detected onsets [ms] (nan if none)."""
+        d = self.delay_ms[self.detected]
+        return float(np.max(d)) if d.size else float("nan")
+
+
+def onset_detection(t: np.ndarray, alarm: np.ndarray, contacts, gain: float,
+                    tau_ext: np.ndarray | None = None) -> OnsetDetection:
+    """Per-onset detection and false alarms of one run (:class:`OnsetDetection`).
+
+    Args: t (N,) [s]; alarm (N,) bool (:func:`identify.control.observer.alarms`); contacts: the
+    Contacts the twin applied (any number, windows not overlapping); gain K_O [1/s] (an episode
+    within 5/K_O after a contact's end is its residual's decay, not a false alarm); tau_ext (N, n)
+    the twin's true external joint torque [N*m] or None."""
+    t = np.asarray(t, float)
+    alarm = np.asarray(alarm, bool)
+    ts = t[episodes(alarm)]
+    t0 = np.array([c.time_s for c in contacts], float)
+    t1 = np.array([c.end_s for c in contacts], float)
+    if t0.size and not np.all((t0 >= t[0]) & (t0 <= t[-1])):
+        bad = int(np.flatnonzero((t0 < t[0]) | (t0 > t[-1]))[0])
+        raise ValueError(f"contact {bad} starts at {t0[bad]} s, outside the run "
+                         f"({t[0]} .. {t[-1]} s)")
+    k0 = np.searchsorted(t, t0)                       # first sample inside each window
+    on_at = alarm[np.minimum(k0, t.size - 1)]
+    first = np.searchsorted(ts, t0)                   # first episode start >= t0
+    nxt = np.append(ts, np.inf)[first]
+    hit = nxt < t1
+    delay = np.where(on_at, 0.0, np.where(hit, (nxt - t0) * 1e3, np.nan))
+    ins = (ts[:, None] >= t0[None, :]) & (ts[:, None] < (t1 + 5.0 / gain)[None, :])
+    fa = int(np.sum(~np.any(ins, axis=1))) if t0.size else int(ts.size)
+    if tau_ext is None:
+        peak = np.full(t0.size, np.nan)
+    else:
+        a = np.abs(np.asarray(tau_ext, float)).max(axis=1)
+        peak = np.array([a[(t >= s) & (t < e)].max(initial=0.0) for s, e in zip(t0, t1)])
+    return OnsetDetection(onsets_s=t0, detected=on_at | hit, delay_ms=np.round(delay, 6),
+                          false_alarms=fa, duration_s=float(t[-1] - t[0] + np.median(np.diff(t))),
+                          tau_ext_peak_Nm=peak)
+
+
+@dataclass
+class RestAware:
+    """Thresholds with a friction state at standstill (:func:`rest_aware`): `moving` applies
+    (plus the stiction band) while the arm moves, `rest` to the rest-referenced residual once
+    the arm has been commanded still for settle_s [s]."""
+    moving: Thresholds
+    rest: Thresholds
+    settle_s: float
+
+    def alarms(self, model: JointModel, rec, signal: str, gain: float,
+               stiction_speed: float) -> np.ndarray:
+        """(N,) bool alarms of recording `rec` (its q_cmd tells rest from motion)."""
+        r, band = observer_residual(model, rec, signal, gain, stiction_speed)
+        rest = rest_mask(rec.q_cmd, float(np.median(np.diff(rec.t))), self.settle_s)
+        rr = _rest_residual(model, rec, signal, gain, rest)
+        th = np.where(rest[:, None], self.rest.value, self.moving.value + band)
+        return np.any(np.abs(np.where(rest[:, None], rr, r)) > th, axis=1)
+
+
+def _rest_residual(model: JointModel, rec, signal: str, gain: float, rest: np.ndarray):
+    """The rest-referenced residual of a model without its direction-dependent terms (Coulomb,
+    motor Coulomb, the opposing reducer loss): at standstill their sign follows the velocity
+    noise, while the friction they stand for is held (the reference takes it)."""
+    import dataclasses
+    z = np.zeros(model.n)
+    still = dataclasses.replace(model, coulomb=z, f_mc=z, xi_opp=z)
+    r, _ = observer_residual(still, rec, signal, gain, 0.0)
+    return rest_referenced(r, rest)
+
+
+def rest_aware(model: JointModel, calib, calib_rest, signal: str = "tau_m", gain: float = 50.0,
+               stiction_speed: float = 0.02, settle_s: float = 0.1, k_sigma: float = 5.0,
+               peak_factor: float = 1.2, margin_Nm: float = 0.1) -> RestAware:
+    """Thresholds from two collision-free recordings: `calib` while moving (the static rule of
+    :func:`identify.control.observer.thresholds` with the stiction band; its rest samples, if
+    any, left out) and `calib_rest` holding a pose (the rule on the rest-referenced residual of
+    its samples after settle_s [s]). Raises ValueError naming the recording without rest."""
+    dt = float(np.median(np.diff(calib.t)))
+    r, band = observer_residual(model, calib, signal, gain, stiction_speed)
+    still = rest_mask(calib.q_cmd, dt, settle_s)
+    mov = thresholds(r[~still], k_sigma, peak_factor, margin_Nm, band=band[~still])
+    rest = rest_mask(calib_rest.q_cmd, float(np.median(np.diff(calib_rest.t))), settle_s)
+    if not np.any(rest):
+        raise ValueError(f"rest calibration: the recording is never still for {settle_s} s")
+    rr = _rest_residual(model, calib_rest, signal, gain, rest)
+    th_rest = thresholds(rr[rest], k_sigma, peak_factor, margin_Nm)
+    return RestAware(moving=mov, rest=th_rest, settle_s=float(settle_s))

@@ -29,7 +29,7 @@ from scipy.signal import lfilter
 from .joint_model import JointModel, shape
 
 __all__ = ["mass_matrix", "momentum_terms", "link_torque_from_motor", "residual", "Thresholds",
-           "thresholds", "alarms", "stiction_band"]
+           "thresholds", "alarms", "stiction_band", "rest_mask", "rest_referenced"]
 
 
 def mass_matrix(model: JointModel, q: np.ndarray) -> np.ndarray:
@@ -152,3 +152,32 @@ def alarms(r: np.ndarray, threshold: np.ndarray, band: np.ndarray | None = None)
     """(N,) bool: any joint's |r| above its threshold (n,) (+ the time-varying band (N, n))."""
     th = threshold if band is None else threshold + band
     return np.any(np.abs(r) > th, axis=1)
+
+
+
+def rest_mask(q_cmd: np.ndarray, dt: float, settle_s: float, tol_rad: float = 1e-7) -> np.ndarray:
+    """(N,) bool: the whole arm has been commanded still (every joint's set point within tol_rad
+    [rad] of its value) for the last settle_s [s] -- causal, from the set points q_cmd (N, n)
+    the controller knows. settle_s <= 0: never."""
+    q = np.asarray(q_cmd, float)
+    N = q.shape[0]
+    W = int(round(settle_s / dt))
+    if settle_s <= 0 or W >= N:
+        return np.zeros(N, bool)
+    moved = np.zeros(N, bool)
+    moved[1:] = np.any(np.abs(np.diff(q, axis=0)) > tol_rad, axis=1)
+    last_move = np.maximum.accumulate(np.where(moved, np.arange(N), 0))   # last move index
+    return (np.arange(N) - last_move) >= W
+
+
+def rest_referenced(r: np.ndarray, rest: np.ndarray) -> np.ndarray:
+    """The residual (N, n) with, on each rest episode of `rest` (N,), its value at the episode's
+    first sample subtracted: the friction state at standstill. A joint at rest keeps the
+    friction its last motion left (stick, presliding), anywhere within +-F and unknown to the
+    model -- but constant while nothing moves: after the settle time the residual holds that
+    friction's error, and a contact shows as a change from it."""
+    r = np.asarray(r, float)
+    rest = np.asarray(rest, bool)
+    start = rest & ~np.concatenate([[False], rest[:-1]])
+    idx = np.maximum.accumulate(np.where(start, np.arange(rest.size), 0))
+    return np.where(rest[:, None], r - r[idx], r)
