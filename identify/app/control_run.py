@@ -17,7 +17,7 @@ from identify.common.errors import SafetyRefusal
 from identify.common.fileio import write_yaml
 from identify.control.joint_model import from_export
 from identify.control.plots import plot_collision, plot_tracking
-from identify.control.runs import fit_payload, known_arm, loop_models, run_loop, run_payload
+from identify.control.runs import fit_payload, known_arm_model, loop_models, run_loop, run_payload
 from identify.logs.load import gains_from_drives, load_log
 from identify.model.drives import load_drives
 from identify.outputs import layout
@@ -88,14 +88,14 @@ def _payload(scn: Scenario, model, folder: Path, run: RunInfo, command: str, tru
     ps = scn.payload
     exported = (layout.exported_model(ps.arm_model)
                 if ps.arm_model is not None and Path(ps.arm_model).is_dir() else None)
-    arm = known_arm(ps, model, truth, exported)
+    arm_model = known_arm_model(ps, model, truth, exported)
     if command == "run":
         ptruth = (None if not twin or scn.arm.payload is None
                   else dataclasses.asdict(scn.arm.payload))
         with progress.step("payload run", run.timings):
             try:
                 res, tr, rec = run_payload(ps, scn.backend, backend_arm(scn, model),
-                                           scn.backend_settings(), arm, scn.processing,
+                                           scn.backend_settings(), arm_model, scn.processing,
                                            ptruth, progress=progress.enabled())
             except ValueError as exc:
                 raise SafetyRefusal(f"the {scn.backend} backend refused the payload "
@@ -112,7 +112,7 @@ def _payload(scn: Scenario, model, folder: Path, run: RunInfo, command: str, tru
         with progress.step("reading logs", run.timings):
             # the unit guards of a normal fit too (a log in degrees gave 0.435 kg for 1.5)
             rec = load_log(specs["excitation"], model.joint_names, gains=gains, model=model)
-        res = fit_payload(ps, arm, rec, scn.processing, None)
+        res = fit_payload(ps, arm_model, rec, scn.processing, None)
         run.trajectories["payload"] = TrajectoryInfo(
             label="payload", source=str(specs["excitation"].file), duration_s=rec.duration,
             samples=rec.n_samples, from_log=True)

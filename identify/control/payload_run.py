@@ -2,7 +2,7 @@
 the run, and the fit (:class:`identify.estimation.payload.PayloadFit`) against the known arm.
 
     tr = wrist_excitation(robot, start, harmonics=3, period_s=10.0)
-    res = identify_payload(known_arm, processed, signal="tau_j", truth=payload)
+    res = identify_payload(arm_model, processed, signal="tau_j", truth=payload)
 
 The excitation moves only the wrist joints (the others hold the start pose, but their torque
 sensors still see the payload's weight): Fourier coefficients of the wrist joints chosen by
@@ -110,14 +110,15 @@ class PayloadResult:
     goal_com_m: float = 0.005
 
 
-def identify_payload(arm: JointModel, d, *, signal: str = "tau_j", truth: dict | None = None,
+def identify_payload(arm_model: JointModel, processed, *, signal: str = "tau_j", truth: dict | None = None,
                      consistent: bool = True, trajectory_cond: float | None = None,
                      min_speed: float = 0.05) -> PayloadResult:
-    """Fit the payload on processed data `d` (identify.estimation.processing.Processed: q, qd,
-    qdd, tau_j / tau_m) with the known arm `arm` (without payload). signal "tau_j": the torque
-    sensor against the arm's joint torque; "tau_m": the motor torque through the arm's drive
+    """Fit the payload on processed data `processed` (identify.estimation.processing.Processed: q, qd,
+    qdd, tau_j / tau_m) with the known arm_model `arm_model` (without payload). signal "tau_j": the torque
+    sensor against the arm_model's joint torque; "tau_m": the motor torque through the arm_model's drive
     (:func:`identify.control.observer.link_torque_from_motor`). truth: {mass_kg, com_m,
     inertia_kgm2} or None."""
+    d = processed
     q, qd, qdd = d.q, d.qd, d.qdd
     if signal == "tau_j":
         if d.tau_j is None:
@@ -127,14 +128,14 @@ def identify_payload(arm: JointModel, d, *, signal: str = "tau_j", truth: dict |
         if d.tau_m is None:
             raise ValueError("payload.signal tau_m: the recording has no motor torque")
         dt = 1.0 / float(d.rate_hz)
-        tau = link_torque_from_motor(arm, qd, d.tau_m, dt)
+        tau = link_torque_from_motor(arm_model, qd, d.tau_m, dt)
     else:
         raise ValueError(f"payload.signal must be tau_j or tau_m, got {signal!r}")
-    y = tau - arm.joint_torque(q, qd, qdd)
+    y = tau - arm_model.joint_torque(q, qd, qdd)
     # a joint slower than min_speed [rad/s] may stick: its friction holds any torque up to the
     # Coulomb level, so those equations are left out (held joints: all of theirs)
     mask = np.abs(qd) >= min_speed
-    fit = PayloadFit(consistent=consistent).fit(payload_regressor(arm.robot, q, qd, qdd), y,
+    fit = PayloadFit(consistent=consistent).fit(payload_regressor(arm_model.robot, q, qd, qdd), y,
                                                 mask=mask)
     ident = fit.physical_
     err_m = err_c = None
@@ -147,6 +148,6 @@ def identify_payload(arm: JointModel, d, *, signal: str = "tau_j", truth: dict |
         tdoc["params"] = from_physical(**{k: tdoc[k] for k in ("mass_kg", "com_m", "inertia_kgm2")})
     return PayloadResult(identified=ident, std=fit.physical_std_, truth=tdoc, params=fit.params_,
                          params_std=fit.std_, cond=fit.cond_, signal=signal,
-                         arm_source=arm.source, projected=fit.projected_,
+                         arm_source=arm_model.source, projected=fit.projected_,
                          mass_error_percent=err_m, com_error_m=err_c, samples=int(q.shape[0]),
                          duration_s=float(d.t[-1] - d.t[0]), trajectory_cond=trajectory_cond)

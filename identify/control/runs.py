@@ -24,7 +24,7 @@ from .feedforward import feedforward, pid_only
 from .joint_model import JointModel, cad_model, from_export, from_parameters
 from .payload_run import PayloadResult, identify_payload, wrist_excitation
 
-__all__ = ["LoopResults", "loop_models", "run_loop", "known_arm", "run_payload"]
+__all__ = ["LoopResults", "loop_models", "run_loop", "known_arm_model", "run_payload"]
 
 
 @dataclass
@@ -125,7 +125,7 @@ def run_loop(spec: ClosedLoopSpec, backend_name: str, arm: BackendArm, settings:
     return res
 
 
-def known_arm(spec: PayloadSpec, robot, truth=None, exported=None) -> JointModel:
+def known_arm_model(spec: PayloadSpec, robot, truth=None, exported=None) -> JointModel:
     """The arm without the payload: a run folder's exported model (`exported`: its
     identify.outputs.layout.ExportedModel, when ``arm_model`` is a run folder), a URDF (its
     inertials and <dynamics>), or (arm_model null, twin) the twin's own arm -- `truth`
@@ -161,19 +161,20 @@ def payload_trajectory(spec: PayloadSpec, robot):
                             wrist=spec.wrist_joints, limit_scale=spec.limit_scale, seed=spec.seed)
 
 
-def fit_payload(spec: PayloadSpec, arm: JointModel, rec, processing: dict, truth: dict | None,
+def fit_payload(spec: PayloadSpec, arm_model: JointModel, rec, processing: dict, truth: dict | None,
                 trajectory_cond: float | None = None) -> PayloadResult:
     """Process a recording (scenario processing settings) and fit the payload."""
     d = process(rec, ProcessingSettings.from_dict(processing))
-    return identify_payload(arm, d, signal=spec.signal, truth=truth, consistent=spec.consistent,
+    return identify_payload(arm_model, d, signal=spec.signal, truth=truth, consistent=spec.consistent,
                             trajectory_cond=trajectory_cond, min_speed=spec.min_speed_rad_s)
 
 
 def run_payload(spec: PayloadSpec, backend_name: str, backend_arm: BackendArm, settings: dict,
-                arm: JointModel, processing: dict, truth: dict | None, *, progress: bool = False):
+                arm_model: JointModel, processing: dict, truth: dict | None, *,
+                progress: bool = False):
     """(PayloadResult, trajectory, recording): optimize the wrist excitation, run it with the
     payload on (`backend_arm`: the arm the backend runs, payload included), fit with the known
-    arm's model `arm`."""
-    tr, cond = payload_trajectory(spec, arm.robot)
+    arm's model `arm_model`."""
+    tr, cond = payload_trajectory(spec, arm_model.robot)
     rec = run_case(backend_name, backend_arm, settings, tr, None, progress=progress)
-    return fit_payload(spec, arm, rec, processing, truth, cond), tr, rec
+    return fit_payload(spec, arm_model, rec, processing, truth, cond), tr, rec

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from identify.control.joint_model import from_parameters
-from identify.control.runs import fit_payload, known_arm, run_payload
+from identify.control.runs import fit_payload, known_arm_model, run_payload
 from identify.estimation.payload import PayloadFit, from_physical, payload_regressor, physical
 from identify.model.drives import load_drives
 from identify.model.payload import payload_in_model_frame
@@ -125,4 +125,4 @@ def test_run_and_fit_with_a_payload_section(tmp_path):
 
 def test_payload_section_needs_the_arm_off_the_twin(ref_model):
     with pytest.raises(ValueError, match="payload.arm_model"):
-        known_arm(PayloadSpec(), ref_model, None)
+        known_arm_model(PayloadSpec(), ref_model, None)
