@@ -91,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="optimize and save trajectories (a trajectory folder with a report)")
     t.add_argument("scenario", help="scenario YAML file")
     t.add_argument("--out", help="folder for the trajectory files and plots")
+    t.add_argument("--rate", type=float, metavar="HZ",
+                   help="sample rate of sampled/<label>.csv / .npz (default 1000; the controller "
+                        "forms keep their own rates: docs/controllers.md)")
 
     rp = sub.add_parser("report", parents=[common], help="rebuild the report of a finished run")
     rp.add_argument("dir", help="run folder")
@@ -196,7 +199,9 @@ def _dispatch(args) -> str | None:
                                 validation_log=args.validation_log, force=args.force).folder)
     if args.command == "trajectory":
         from .pipeline import trajectories_only
-        return str(trajectories_only(scn, out=args.out, force=args.force))
+        if args.rate is not None and not (0 < args.rate < float("inf")):
+            raise InputError(f"--rate must be a positive number of Hz, got {args.rate}")
+        return str(trajectories_only(scn, out=args.out, force=args.force, rate_hz=args.rate))
     if args.command == "sweep":
         from .sweep import run_sweep
         if args.workers is not None and args.workers < 1:
