@@ -151,10 +151,12 @@ def test_replayed_form_identifies_the_twin_as_well_as_the_fourier_trajectory(twi
     e_got = got["parameter_errors"]["median_abs_error_percent"]
     # the same seeded twin noise on the same motion: the forms differ from the series by < 1e-9
     # rad (tables) or by the finite-difference error of the position-only forms (~1e-6 rad/s),
-    # far below the encoder noise (1e-4 rad): the fitted parameters may move by a fraction of
-    # their noise-driven error only. 10 % of the reference error, plus 0.05 percentage points.
-    assert e_got == pytest.approx(e_ref, rel=0.10, abs=0.05), (form, e_ref, e_got)
+    # far below the twin's encoder noise (1e-4 rad) and tracking error: the fit may move by a
+    # tiny fraction of its noise-driven error only (measured on this scenario: median base-
+    # parameter error 1.47937 % for every form, relative differences <= 3e-6; RMS <= 2e-5).
+    # 1e-3 relative is 300x that margin and still 100x below a change a user would notice.
+    assert e_got == pytest.approx(e_ref, rel=1e-3), (form, e_ref, e_got)
     for traj in ("excitation", "validation"):
         r, g = ref["rms_overall"][traj], got["rms_overall"][traj]
         for model in r:
-            assert g[model] == pytest.approx(r[model], rel=0.02), (form, traj, model)
+            assert g[model] == pytest.approx(r[model], rel=1e-3), (form, traj, model)
