@@ -9,7 +9,9 @@ Subcommands::
     twinid fit SCENARIO [--out DIR] [--log FILE] [--validation-log FILE]
                                                identify from recordings / CSV / NPZ logs made elsewhere
     twinid trajectory SCENARIO [--out DIR]     optimize and save the excitation/validation trajectories
-    twinid report DIR                          rebuild report.md / report.html of a run or trajectory folder
+    twinid check SCENARIO                      what a run checks before any work, printed; nothing written
+    twinid report DIR                          rebuild report.md / report.html of a run or trajectory
+                                               folder, summary.md / summary.html of a sweep folder
     twinid --version
 
 A run folder is claimed before any work (exclusive lock; writable with room to spare); an
@@ -91,9 +93,16 @@ def _parser() -> argparse.ArgumentParser:
                        help="optimize and save trajectories (a trajectory folder with a report)")
     t.add_argument("scenario", help="scenario YAML file")
     t.add_argument("--out", help="folder for the trajectory files and plots")
+    t.add_argument("--rate", type=float, metavar="HZ",
+                   help="sample rate of sampled/<label>.csv / .npz (default 1000; the controller "
+                        "forms keep their own rates: docs/controllers.md)")
+
+    c = sub.add_parser("check", parents=[common],
+                       help="everything a run checks before any work, printed; nothing written")
+    c.add_argument("scenario", help="scenario YAML file")
 
     rp = sub.add_parser("report", parents=[common], help="rebuild the report of a finished run")
-    rp.add_argument("dir", help="run folder")
+    rp.add_argument("dir", help="run, trajectory or sweep folder")
     return p
 
 
@@ -178,14 +187,42 @@ def classify(exc: BaseException) -> int | None:
     return EXIT_RUNTIME
 
 
+def rebuild_sweep_summary(folder) -> list | None:
+    """``twinid report`` on a sweep folder (sweep.yaml + summary.json): summary.md and
+    summary.html rebuilt by the sweep's own renderer from summary.json and the plots already
+    there; their paths. None when `folder` is not a sweep folder."""
+    import json
+    from pathlib import Path
+    folder = Path(folder)
+    if not ((folder / "summary.json").is_file() and (folder / "sweep.yaml").is_file()):
+        return None
+    from .sweep import _write_summary_docs
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+        groups = dict.fromkeys((r["combine"], r["channel"]) for r in summary["points"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{folder / 'summary.json'}: not a sweep summary ({exc})") from None
+    plots = [p for p in (folder / "plots" / f"sweep_{c}_{ch}.png" for c, ch in groups)
+             if p.is_file()]        # in the order the sweep drew them
+    _write_summary_docs(folder, summary, plots)
+    return [folder / "summary.md", folder / "summary.html"]
+
+
 def _dispatch(args) -> str | None:
     from identify.scenario.load import load_scenario
     if args.command == "report":
         from identify.outputs.report import build_report
         if not os.path.isdir(args.dir):
             raise InputError(f"{args.dir}: no such run folder")
-        paths = build_report(args.dir)
+        paths = rebuild_sweep_summary(args.dir) or build_report(args.dir)
         return "\n".join(str(p) for p in paths)
+    if args.command == "check":
+        from .check import check_scenario
+        text, code = check_scenario(args.scenario)
+        print(text)
+        if code:
+            raise InputError("twinid check: a run of this scenario would be refused (above)")
+        return None
     scn = load_scenario(args.scenario)
     if args.command == "run":
         from .pipeline import run_scenario
@@ -196,7 +233,9 @@ def _dispatch(args) -> str | None:
                                 validation_log=args.validation_log, force=args.force).folder)
     if args.command == "trajectory":
         from .pipeline import trajectories_only
-        return str(trajectories_only(scn, out=args.out, force=args.force))
+        if args.rate is not None and not (0 < args.rate < float("inf")):
+            raise InputError(f"--rate must be a positive number of Hz, got {args.rate}")
+        return str(trajectories_only(scn, out=args.out, force=args.force, rate_hz=args.rate))
     if args.command == "sweep":
         from .sweep import run_sweep
         if args.workers is not None and args.workers < 1:

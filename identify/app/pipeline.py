@@ -20,14 +20,17 @@ from pathlib import Path
 import numpy as np
 
 from identify.common import progress
+from identify.common.errors import InputError
 from identify.common.fileio import atomic_write_text, write_yaml
+from identify.excitation.export import DEFAULT_RATE_HZ
 from identify.excitation.plots import plot_trajectory
 from identify.logs.held import load_held
 from identify.logs.load import gains_from_drives, load_log
 from identify.outputs import layout
 from identify.outputs.render import console_summary, trajectory_document
 from identify.outputs.results import Identification, TrajectoryInfo
-from identify.outputs.runfolder import claim_run_folder, finish_run, plot_limits, write_run
+from identify.outputs.runfolder import (claim_run_folder, finish_run, plot_limits, write_run,
+                                        write_sampled)
 from identify.scenario.spec import Scenario, ScenarioError
 
 from .acquisition import preflight, record
@@ -199,11 +202,13 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
         return _write_identification(folder, scn, ident, run, t0, trajs=None, recs=recs)
 
 
-def trajectories_only(scn: Scenario, out=None, *, force: bool = False) -> Path:
+def trajectories_only(scn: Scenario, out=None, *, force: bool = False,
+                      rate_hz: float | None = None) -> Path:
     """``twinid trajectory``: optimize (or load) the trajectories and save them with plots into
     a trajectory folder: ``excitation.yaml`` / ``validation.yaml`` (load them with
-    ``source: file``), their plots, ``trajectories.yaml`` (kind: trajectories, cond(W), timings)
-    and a report (``twinid report`` rebuilds it)."""
+    ``source: file``), their plots, ``sampled/`` (the forms for the arm's own controller, the
+    table at `rate_hz` [Hz], default 1 kHz: docs/controllers.md), ``trajectories.yaml``
+    (kind: trajectories, cond(W), timings) and a report (``twinid report`` rebuilds it)."""
     from identify.outputs.report import build_report
     model = build_model(scn)
     timings: dict = {}
@@ -215,12 +220,16 @@ def trajectories_only(scn: Scenario, out=None, *, force: bool = False) -> Path:
             docs[label] = trajectory_document(info)
             plot_trajectory(tr, plot_limits(model, info), folder / f"{label}.png",
                             title=f"{label} trajectory", joint_names=list(model.joint_names))
+        try:
+            sampled = write_sampled(folder, model, trajs, rate_hz=rate_hz or DEFAULT_RATE_HZ)
+        except ValueError as exc:
+            raise InputError(f"{scn.source or scn.name}: {exc}") from None
         write_yaml(folder / layout.TRAJECTORY_INDEX, {
             "kind": "trajectories", "name": scn.name,
             "note": "written by twinid trajectory: the excitation and validation trajectories "
                     "(Fourier coefficients); use them in a scenario with trajectories.<label>: "
                     "{source: file, file: <this folder>/<label>.yaml}",
-            "trajectories": docs, "timings_s": timings})
+            "trajectories": docs, "sampled": sampled, "timings_s": timings})
         if scn.outputs.report:
             build_report(folder)
     for label, d in docs.items():

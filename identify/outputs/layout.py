@@ -13,8 +13,11 @@ through it; no other module spells a run folder's file name.
         plots/                 <name>.png
         report.md, report.html
         bus_report.txt         a hardware dry run's bus report
+        sampled/               the trajectories for the arm's own controller (docs/controllers.md):
+                               <label>.csv / .npz (t, q, qd, qdd), <label>.script (URScript),
+                               <label>_franka_1khz.csv + franka_play.cpp, <label>_ros2_goal.yaml
     <trajectory folder>/       (``twinid trajectory``)
-        trajectories.yaml, <label>.yaml, <label>.png, report.md, report.html
+        trajectories.yaml, <label>.yaml, <label>.png, sampled/, report.md, report.html
 
 Imports nothing from the project: the stages below ``outputs`` read folders through it."""
 from __future__ import annotations
@@ -35,12 +38,16 @@ REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 BUS_REPORT = "bus_report.txt"
 TRAJECTORY_INDEX = "trajectories.yaml"
+#: the sampled trajectories for the arm's own controller (docs/controllers.md), in a run folder
+#: and in a trajectory folder
+SAMPLED = "sampled"
+FRANKA_EXAMPLE = "franka_play.cpp"
 #: the lock file of a claimed run folder (held while a command writes into it)
 LOCK = ".twinid.lock"
 
 #: every file / folder a twinid command writes into a run folder (what --force may replace)
 OUTPUT_NAMES = (SCENARIO, TRAJECTORIES, RECORDINGS, PARAMETERS, URDF, SIDECAR, METRICS, PLOTS,
-                REPORT_MD, REPORT_HTML, BUS_REPORT, TRAJECTORY_INDEX, "excitation.yaml",
+                REPORT_MD, REPORT_HTML, BUS_REPORT, TRAJECTORY_INDEX, SAMPLED, "excitation.yaml",
                 "validation.yaml", "excitation.png", "validation.png")
 
 
@@ -86,3 +93,13 @@ def held_recording(entry: str | os.PathLike) -> tuple[str, Path]:
     if entry.is_dir():
         return "run", recording(entry, "excitation")
     return "recording", entry
+
+
+def sampled(folder: str | os.PathLike, label: str) -> dict[str, Path]:
+    """form -> file of trajectory `label` sampled for a controller (the forms of
+    identify.excitation.export.FORMS): <folder>/sampled/<label>.csv, .npz, .script (URScript),
+    <label>_franka_1khz.csv, franka_play.cpp (shared), <label>_ros2_goal.yaml."""
+    d = Path(folder) / SAMPLED
+    return {"csv": d / f"{label}.csv", "npz": d / f"{label}.npz", "urscript": d / f"{label}.script",
+            "franka_csv": d / f"{label}_franka_1khz.csv", "franka_example": d / FRANKA_EXAMPLE,
+            "ros2_goal": d / f"{label}_ros2_goal.yaml"}

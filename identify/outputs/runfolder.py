@@ -21,6 +21,7 @@ import numpy as np
 
 from identify.common.errors import InputError
 from identify.common.fileio import MB, writable_problem, write_json, write_yaml
+from identify.excitation import export
 from identify.excitation import plots as trajectory_plots
 from identify.common import progress
 from identify.model.joint_sidecar import write_sidecar
@@ -259,6 +260,31 @@ def _plot_jobs(ident: Identification) -> list:
     return jobs
 
 
+def write_sampled(folder: Path, model, trajs: dict | None, messages: list | None = None, *,
+                  rate_hz: float = export.DEFAULT_RATE_HZ) -> dict:
+    """Each trajectory of `trajs` (label -> (trajectory, info)) sampled for the arm's own
+    controller into <folder>/sampled/ (identify.excitation.export; layout.sampled), the arm's
+    limits (model.limits) re-checked at each form's rate. Returns label -> form -> file name
+    relative to `folder`. A form that fails (a limit, a full disk) is named in `messages` when
+    given (a finished run is never lost for it), else raised."""
+    out: dict = {}
+    for label, (tr, info) in (trajs or {}).items():
+        periods = int(getattr(info, "periods", 1) or 1)
+        if periods > 1 and hasattr(tr, "with_periods"):   # as the backend runs it
+            tr = tr.with_periods(periods)
+        try:
+            files = export.export_trajectory(tr, layout.sampled(folder, label), model.limits,
+                                             model.joint_names, rate_hz=rate_hz, name=label)
+        except (ValueError, OSError) as exc:
+            if messages is None:
+                raise
+            messages.append(f"sampled {label} trajectory not written: {exc}")
+            continue
+        out[label] = {k: (v if k == "skipped" else os.path.relpath(v, folder))
+                      for k, v in files.items()}
+    return out
+
+
 def write_plots(folder: Path, ident: Identification, trajs: dict | None, messages: list
                 ) -> list[str]:
     """Trajectory plots and identification plots into folder/plots; returns the files written
@@ -296,6 +322,9 @@ def write_run(folder: Path, scn: Scenario, ident: Identification, run: RunInfo, 
     if trajs:
         for label, (tr, _info) in trajs.items():
             tr.save(layout.trajectory(folder, label))
+        t0 = time.perf_counter()    # (not listed in metrics.json: the golden documents stay)
+        write_sampled(folder, ident.model, trajs, run.messages)
+        run.timings["sampled"] = round(time.perf_counter() - t0, 4)
     if recs and out.save_recordings:
         for label, rec in recs.items():
             rec.save(layout.recording(folder, label))
