@@ -321,3 +321,16 @@ def test_docstring_pointers_resolve():
              for ln, line in enumerate(f.read_text().splitlines(), 1)
              for ref in _POINTER.findall(line) if not _resolves(ref)]
     assert not stale, stale
+
+
+def test_no_private_name_imported_across_modules():
+    """A helper two modules share is public in the module that owns it (a `_name` imported from
+    another module is the mark of a split by line count)."""
+    bad = []
+    for m, f in MODULES.items():
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0]
+                                                     in PACKAGES):
+                bad += [f"{m}: {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, bad

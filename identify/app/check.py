@@ -102,7 +102,7 @@ def _plan(scn, box: dict) -> list[str]:
     if scn.fit is not None and scn.fit.excitation is not None and scn.backend != "hardware" \
             and scn.fit.excitation.file is not None:
         return ["none: twinid fit identifies from the logs (twinid run would design them)"]
-    from identify.excitation.cache import _problem_key
+    from identify.excitation.cache import problem_key
     from identify.excitation.conditioning import base_parameters
     from .trajectories import (cache_dir, design_context, label_context, load_trajectory_file,
                                make_problem)
@@ -123,7 +123,7 @@ def _plan(scn, box: dict) -> list[str]:
             continue
         problem = make_problem(spec, m, terms, label_context(scn, ctx, label))
         folder = cache_dir() if spec.cache else None
-        key = _problem_key(m, problem, base_parameters(m, problem), spec.seed, int(spec.starts))
+        key = problem_key(m, problem, base_parameters(m, problem), spec.seed, int(spec.starts))
         hit = folder is not None and (Path(folder) / f"excitation-{key[:20]}.yaml").is_file()
         out.append(f"{what}, {spec.harmonics} harmonics: " + (
             f"cached ({folder})" if hit else

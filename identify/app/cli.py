@@ -196,7 +196,7 @@ def rebuild_sweep_summary(folder) -> list | None:
     folder = Path(folder)
     if not ((folder / "summary.json").is_file() and (folder / "sweep.yaml").is_file()):
         return None
-    from .sweep import _write_summary_docs
+    from .sweep import write_summary_docs
     try:
         summary = json.loads((folder / "summary.json").read_text())
         groups = dict.fromkeys((r["combine"], r["channel"]) for r in summary["points"])
@@ -204,7 +204,7 @@ def rebuild_sweep_summary(folder) -> list | None:
         raise InputError(f"{folder / 'summary.json'}: not a sweep summary ({exc})") from None
     plots = [p for p in (folder / "plots" / f"sweep_{c}_{ch}.png" for c, ch in groups)
              if p.is_file()]        # in the order the sweep drew them
-    _write_summary_docs(folder, summary, plots)
+    write_summary_docs(folder, summary, plots)
     return [folder / "summary.md", folder / "summary.html"]
 
 

@@ -443,7 +443,7 @@ def summarize(folder, scn: Scenario, points: list, timings: dict | None = None) 
                "runs_finished": len(runs)}
     _atomic_json(folder / "summary.json", summary)
     plots = _plot(folder, rows)
-    _write_summary_docs(folder, summary, plots)
+    write_summary_docs(folder, summary, plots)
     return summary
 
 
@@ -519,7 +519,7 @@ def _fmt(s: dict) -> str:
     return f"{s['median']:.4g} [{s['p10']:.3g}, {s['p90']:.3g}]"
 
 
-def _write_summary_docs(folder: Path, summary: dict, plots: list) -> None:
+def write_summary_docs(folder: Path, summary: dict, plots: list) -> None:
     from identify.common.fileio import atomic_write_text
 
     from identify.outputs.markup import render_html, render_markdown

@@ -293,7 +293,7 @@ def apply_mask(W, y, mask):
     return W * mask[..., None], y * mask, mask.sum(axis=0)
 
 
-def _prepare(W, y, names, joint_names, rcond, counts=None):
+def prepare_system(W, y, names, joint_names, rcond, counts=None):
     """Fit preamble shared by OLS and WLS: :func:`stack_system`, then an under-determined system
     (M <= p rows) is rejected naming the unidentifiable parameters, then the residual degrees of
     freedom per joint are checked (`counts`: fitted samples per joint, :func:`apply_mask`).
@@ -305,7 +305,7 @@ def _prepare(W, y, names, joint_names, rcond, counts=None):
     return A, b, N, n, names, dof_per_joint(N if counts is None else counts, n, p)
 
 
-def _ols_step(A, b, N, n, names, rcond, dof):
+def ols_step(A, b, N, n, names, rcond, dof):
     """Least squares by QR with the identifiability check (OLS, and step 1 of WLS). Returns
     p_hat (p,), R (p, p), residuals e (N, n), per-joint residual variance (n,) = sum e^2 / dof."""
     p_hat, R = _qr_solve(A, b, names, rcond)
@@ -394,9 +394,9 @@ class OLS(LinearFit):
         `joint_names`: n joint names (messages, ``names_``). Returns self."""
         serial = check_serial(self.serial)
         W, y, counts = apply_mask(W, y, mask)
-        A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond, counts)
+        A, b, N, n, names, dof = prepare_system(W, y, names, joint_names, self.rcond, counts)
         M, p = A.shape
-        p_hat, R, e, s2 = _ols_step(A, b, N, n, names, self.rcond, dof)
+        p_hat, R, e, s2 = ols_step(A, b, N, n, names, self.rcond, dof)
         # OLS keeps the per-joint variance inflation: its rows are heteroscedastic across
         # joints (unweighted), where the per-row HAC middle matrix is too noisy (60 seeds:
         # 92.6 % within 2 sigma); WLS (the pipeline's) uses the HAC sandwich
@@ -431,10 +431,10 @@ class WLS(LinearFit):
         """The arguments of :meth:`OLS.fit`. Returns self."""
         serial = check_serial(self.serial)
         W, y, counts = apply_mask(W, y, mask)
-        A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond, counts)
+        A, b, N, n, names, dof = prepare_system(W, y, names, joint_names, self.rcond, counts)
         M, p = A.shape
         if self.sigma is None:                     # step 1: OLS residual std per joint
-            sig = np.sqrt(_ols_step(A, b, N, n, names, self.rcond, dof)[3])
+            sig = np.sqrt(ols_step(A, b, N, n, names, self.rcond, dof)[3])
         else:
             sig = np.broadcast_to(np.asarray(self.sigma, dtype=float), (n,)).copy()
             if not np.all(np.isfinite(sig)) or np.any(sig <= 0):

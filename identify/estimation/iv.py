@@ -25,7 +25,7 @@ import numpy as np
 
 from identify.common.blas import single_thread_blas
 
-from .estimators import (LinearFit, _ols_step, _prepare, apply_mask, check_serial,
+from .estimators import (LinearFit, ols_step, prepare_system, apply_mask, check_serial,
                          integrated_autocorr_time, stack_system)
 
 __all__ = ["IV"]
@@ -71,10 +71,10 @@ class IV(LinearFit):
             raise ValueError(f"IV: instruments Z are not finite at sample {k}")
         W, y, counts = apply_mask(W, y, mask)
         Z = Z if mask is None else Z * np.asarray(mask, bool)[:, :, None]
-        A, b, N, n, names, dof = _prepare(W, y, names, joint_names, self.rcond, counts)
+        A, b, N, n, names, dof = prepare_system(W, y, names, joint_names, self.rcond, counts)
         M, p = A.shape
         Az = stack_system(Z, y, names, joint_names)[0]
-        sig = np.sqrt(_ols_step(A, b, N, n, names, self.rcond, dof)[3])   # step 1: OLS
+        sig = np.sqrt(ols_step(A, b, N, n, names, self.rcond, dof)[3])   # step 1: OLS
         sig = np.maximum(sig, 1e-9 * float(np.max(sig)) if np.max(sig) > 0 else 1.0)
         w = (1.0 / sig)[None, :]
         Aw = (A.reshape(N, n, p) * w[:, :, None]).reshape(M, p)
