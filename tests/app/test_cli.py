@@ -48,6 +48,11 @@ def quick_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("quick")
     os.environ["TWINID_CACHE"] = str(tmp_path_factory.getbasetemp() / "twinid_cache")
     f = fast_quickstart(tmp)
+    # the matched reducer law (opposing): these tests check the stage-2 truth comparison, which
+    # only a law with constant coefficients has (the quickstart runs on speed_efficiency)
+    d = yaml.safe_load(f.read_text())
+    d["twin"]["reducer_friction_law"] = "opposing"
+    f.write_text(yaml.safe_dump(d, sort_keys=False))
     out = tmp / "run"
     code = main(["--quiet", "run", str(f), "--out", str(out)])
     assert code == 0
