@@ -99,7 +99,7 @@ def _arm_problem(file: str, rec: Recording, scn: Scenario) -> str | None:
         if Path(urdf).read_bytes() != Path(scn.arm.urdf).read_bytes():
             return (f"{file} was recorded on the arm of {urdf}, not the scenario's "
                     f"{scn.arm.urdf} (other URDF contents): held data must be of the same arm")
-    want = _payload_of(scn.arm.to_backend_dict()["payload"])
+    want = _payload_of(scn.arm.backend_arm().payload)
     got = _payload_of(arm.get("payload")) if "payload" in arm else want
     same = (got is None) == (want is None) and (got is None or (
         abs(got[0] - want[0]) <= 1e-9 and all(abs(a - b) <= 1e-9 for a, b in zip(got[1],

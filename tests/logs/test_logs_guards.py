@@ -115,7 +115,10 @@ def test_validation_log_takes_its_own_window_not_the_excitation_one(xarm, tmp_pa
     v = write_log(short, d / "val", "ur_rtde")
     fit = {"excitation": {"file": str(f), "preset": "ur_rtde",
                           "current_gains": log.truth["gains"], "window_s": [2.0, 11.0]}}
-    code, err = _run(tmp_path, capsys, urdf, fit, args=("--validation-log", str(v)))
+    # the textbook terms: this test is about the window; friction: auto on this 9 s log picks
+    # a spurious term (validation 0.1225 N*m against 0.1: a known limit of issue 21's selection)
+    code, err = _run(tmp_path, capsys, urdf, fit, ident={"friction": "terms"},
+                     args=("--validation-log", str(v)))
     assert code == 0, err
     m = yaml.safe_load((tmp_path / "out" / "metrics.json").read_text())
     assert m["trajectories"]["validation"]["samples"] == 800
