@@ -87,6 +87,20 @@ def limit_ratios(traj, limits: dict, n_samples: int) -> dict:
     return {"q": rq, "qd": rv, "qdd": ra}
 
 
+def limit_violation(checks, tol: float = 1e-9):
+    """The first sample leaving its limits: `checks` = ((label, v (N, n), lo (n,), hi (n,)), ...)
+    in one unit each (rad, rad/s, rad/s^2); tol relative to the finite range. Returns
+    (label, sample k, joint j, value, lo_j, hi_j) or None."""
+    for label, v, lo, hi in checks:
+        lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+        span = np.where(np.isfinite(hi - lo), hi - lo, 1.0)
+        bad = (v < lo - tol * span) | (v > hi + tol * span)
+        if bad.any():
+            k, j = np.argwhere(bad)[0]
+            return label, int(k), int(j), float(v[k, j]), float(lo[j]), float(hi[j])
+    return None
+
+
 def check_trajectory(model, traj, limits: dict, n_samples: int, tol: float = 1e-9) -> None:
     """Raise ValueError naming joint, quantity and sample where `traj` leaves `limits`
     (including z >= z_min for every link origin when limits['z_min'] is set)."""
@@ -96,13 +110,11 @@ def check_trajectory(model, traj, limits: dict, n_samples: int, tol: float = 1e-
     checks = (("q", q, limits["q_min"], limits["q_max"]),
               ("qd", qd, -limits["qd_max"], limits["qd_max"]),
               ("qdd", qdd, -limits["qdd_max"], limits["qdd_max"]))
-    for label, v, lo, hi in checks:
-        span = np.where(np.isfinite(hi - lo), hi - lo, 1.0)
-        bad = (v < lo - tol * span) | (v > hi + tol * span)
-        if bad.any():
-            k, j = np.argwhere(bad)[0]
-            raise ValueError(f"trajectory leaves the {label} limits of {names[j]} at sample {k} "
-                             f"(t = {t[k]:.4f} s): {v[k, j]:.6g} not in [{lo[j]:.6g}, {hi[j]:.6g}]")
+    bad = limit_violation(checks, tol)
+    if bad is not None:
+        label, k, j, v, lo, hi = bad
+        raise ValueError(f"trajectory leaves the {label} limits of {names[j]} at sample {k} "
+                         f"(t = {t[k]:.4f} s): {v:.6g} not in [{lo:.6g}, {hi:.6g}]")
     if limits.get("z_min") is not None:
         z = model.link_origins(q)[:, 1:, 2]
         bad = z < limits["z_min"] - tol

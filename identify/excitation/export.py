@@ -25,6 +25,8 @@ import numpy as np
 
 from identify.common.fileio import atomic_savez, atomic_write_text
 
+from .conditioning import limit_violation
+
 #: rates of the written forms [Hz]: the sampled table, URScript servoj (e-series control
 #: loop), the Franka table (libfranka's 1 kHz loop), the ROS 2 goal (the controller interpolates)
 DEFAULT_RATE_HZ = 1000.0
@@ -153,16 +155,13 @@ def check_samples(s: SampledTrajectory, limits, joint_names=None, *, what: str =
     (identify.model.robot_model.Limits: q_min, q_max, qd_max, qdd_max (n,), SI) or do not start
     and end at rest (|qd|, |qdd| <= REST_TOL)."""
     names = _names(s, joint_names)
-    for label, v, lo, hi in (("q", s.q, limits.q_min, limits.q_max),
-                             ("qd", s.qd, -np.asarray(limits.qd_max), limits.qd_max),
-                             ("qdd", s.qdd, -np.asarray(limits.qdd_max), limits.qdd_max)):
-        lo, hi = np.asarray(lo, float), np.asarray(hi, float)
-        span = np.where(np.isfinite(hi - lo), hi - lo, 1.0)
-        bad = (v < lo - tol * span) | (v > hi + tol * span)
-        if bad.any():
-            k, j = np.argwhere(bad)[0]
-            raise ValueError(f"{what}: {label} of {names[j]} leaves its limits at sample {k} "
-                             f"(t = {s.t[k]:.4f} s): {v[k, j]:.6g} not in [{lo[j]:.6g}, {hi[j]:.6g}]")
+    bad = limit_violation((("q", s.q, limits.q_min, limits.q_max),
+                           ("qd", s.qd, -np.asarray(limits.qd_max), limits.qd_max),
+                           ("qdd", s.qdd, -np.asarray(limits.qdd_max), limits.qdd_max)), tol)
+    if bad is not None:
+        label, k, j, v, lo, hi = bad
+        raise ValueError(f"{what}: {label} of {names[j]} leaves its limits at sample {k} "
+                         f"(t = {s.t[k]:.4f} s): {v:.6g} not in [{lo:.6g}, {hi:.6g}]")
     for k in (0, s.t.size - 1):
         for label, v in (("qd", s.qd[k]), ("qdd", s.qdd[k])):
             if np.any(np.abs(v) > REST_TOL):
