@@ -26,6 +26,8 @@ from .drive.pdo import PdoLayout, pack_sdo_value
 
 STATE_NAMES = {pysoem.NONE_STATE: "NONE", pysoem.INIT_STATE: "INIT", pysoem.PREOP_STATE: "PREOP",
                pysoem.BOOT_STATE: "BOOT", pysoem.SAFEOP_STATE: "SAFEOP", pysoem.OP_STATE: "OP"}
+AL_STATES = frozenset((pysoem.INIT_STATE, pysoem.PREOP_STATE, pysoem.BOOT_STATE, pysoem.SAFEOP_STATE,
+                       pysoem.OP_STATE))       # the low nibble of 0x0130 that a slave can report
 
 
 class BusError(RuntimeError):
@@ -363,8 +365,11 @@ class EthercatBus:
         def bad_now():
             out = {}
             for k, (st, code) in enumerate(self.read_states()):
-                if st == pysoem.NONE_STATE:
-                    continue   # no answer to the state read (lost frame / lost slave: counted elsewhere)
+                if st == pysoem.NONE_STATE or (st & 0x0F) not in AL_STATES:
+                    # no answer to the state read (lost frame / lost slave: counted elsewhere), or
+                    # no AL state at all (e.g. 0x0F: a late answer to another datagram taken for
+                    # this one after a lost frame freed its index) -- not a finding
+                    continue
                 if (st & 0x0F) != pysoem.OP_STATE or st & pysoem.STATE_ERROR or code:
                     out[k] = (st, code)
             return out

@@ -38,6 +38,7 @@ def format_bus_report(rep: dict) -> str:
     rt = rep.get("rt") or {}
     if rt:
         lines.append(f"loop process: SCHED_FIFO {'yes' if rt.get('sched_fifo') else 'NO'}, mlockall "
-                     f"{'yes' if rt.get('mlockall') else 'no'}, CPU {rt.get('affinity')}, gc off")
+                     f"{'yes' if rt.get('mlockall') else 'no'}, CPU {rt.get('affinity')}, gc off, CPU wake-up "
+                     f"latency {'0 us' if rt.get('cpu_latency_pinned') else 'not pinned'}")
         lines += [f"  warning: {w}" for w in rt.get("warnings", [])]
     return "\n".join(lines)

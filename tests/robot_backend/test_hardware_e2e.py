@@ -102,18 +102,20 @@ REST_TRAJ = RestTraj(np.zeros(6), [0.4, 0.3, -0.3, 0.5, 0.5, 0.6], 2 * np.pi / 1
 def master_config(tmp_path, stall_cycles=None, bus=None):
     """The drive configuration as shipped (its default stall limit, 100 cycles, must survive this
     shared 2-core machine: the loop runs SCHED_FIFO with gc off and memory locked), except the
-    lost-frame budget: the receive timeout is 0.6 ms, and on this loaded VM the veth delivery to
-    the emulator (softirq work, host steal, the Python emulator with twin physics) is sometimes
-    delayed by 1-3 ms -- in bursts, up to ~30 frames per thousand cycles measured here -- which
-    real ESCs never do; 50 per 1000 cycles here instead of 5. The lost-frame tests drop 75 frames
-    (more than the budget, less than the SyncManager watchdog's 100 ms)."""
+    lost-frame budget: the receive timeout is 0.6 ms, and on these VMs the host takes a vCPU away
+    for 2-8 ms at a time (steal time; both processes hold the CPU wake-up latency at 0 us, which
+    removed the halted-vCPU wake-ups measured before), so the Python emulator misses bursts of
+    frames -- 40-130 per 7000 cycles measured here, more on the CI machines -- which real ESCs
+    never do: 200 per 1000 cycles here instead of 5. A test about the lost-frame budget itself
+    sets 50 and drops 75 frames (more than that, less than the SyncManager watchdog's 100 ms)."""
     import yaml
     raw = yaml.safe_load(CONFIG.read_text())
     if stall_cycles is not None:
         raw.setdefault("safety", {})["stall_cycles"] = stall_cycles
-    raw["bus"]["lost_frame_budget"] = 50
+    raw["bus"]["lost_frame_budget"] = 200
     raw["bus"].update(bus or {})
-    path = tmp_path / "ethercat.yaml"
+    k = len(list(tmp_path.glob("ethercat*.yaml")))
+    path = tmp_path / ("ethercat.yaml" if k == 0 else f"ethercat_{k}.yaml")   # never rewrites one in use
     path.write_text(yaml.safe_dump(raw))
     return str(path)
 
@@ -138,9 +140,10 @@ def when_running(be, after_s, action):
 
 def backend(veth, tmp_path, **settings):
     from robot.backend import HardwareBackend
-    s = {"iface": veth[0], "armed": True, "record_dir": str(tmp_path / "rec"), "dwell_s": 0.2,
-         "config": master_config(tmp_path)}
+    s = {"iface": veth[0], "armed": True, "record_dir": str(tmp_path / "rec"), "dwell_s": 0.2}
     s.update(settings)
+    if "config" not in s:      # (a test's own config is never overwritten by the default one)
+        s["config"] = master_config(tmp_path)
     return HardwareBackend({"urdf": str(URDF)}, s)
 
 
@@ -356,7 +359,8 @@ def check_ordered_stop(status, joints, brake_cycles=100):
 def test_injected_fault_safe_stop(veth, emulator, tmp_path, kind, kwargs, expect):
     from robot.backend import RunStopped
     proc = emulator()
-    be = backend(veth, tmp_path)
+    budget = {"lost_frame_budget": 50} if expect == "lost_frames" else None
+    be = backend(veth, tmp_path, config=master_config(tmp_path, bus=budget))
     th = when_running(be, 1.2, lambda: proc.inject(kind, **kwargs))      # mid-trajectory
     with pytest.raises(RunStopped) as e:
         be.run(TRAJ)
@@ -491,8 +495,7 @@ def test_identification_over_bus_matches_twin(veth, emulator, tmp_path):
     emulator("twin", twin_settings={"seed": 0}, q0=q0, record_truth=False, clock="sync0")
     s_hw = _scenario("hardware", hardware={
         "iface": veth[0], "armed": True,
-        # PyBullet steps behind the bus on this loaded VM: late answers count as lost frames
-        "config": master_config(tmp_path, bus={"lost_frame_budget": 100}),
+        "config": master_config(tmp_path),
         "options": {"record_rate_hz": 100, "record_dir": str(tmp_path / "rec"), "dwell_s": 0.3}})
     recs = record(s_hw, traj, model=model, show=False)
     ex = recs["excitation"]

@@ -55,3 +55,23 @@ def test_dc_aligner_locks_onto_drifting_reference():
         errs.append(al.error_ns)
         nxt = t_master + cycle * 1e-9 + corr
     assert abs(np.mean(errs[-500:])) < 2_000 and np.max(np.abs(errs[-500:])) < 10_000   # within 10 us
+
+
+def test_cpu_latency_request_written_and_held(tmp_path, monkeypatch):
+    """robot.rt.hold_cpu_latency writes the PM QoS request (a 32-bit 0 [us]) and keeps the file
+    open (the kernel drops the request when it closes); where the device cannot be opened it
+    returns a warning naming it instead of raising."""
+    import os
+    from robot import rt
+    monkeypatch.setattr(rt, "_LATENCY_FD", None)
+    dev = tmp_path / "cpu_dma_latency"
+    dev.write_bytes(b"")
+    assert rt.hold_cpu_latency(str(dev)) is None
+    fd = rt._LATENCY_FD
+    assert fd is not None and os.fstat(fd).st_ino == dev.stat().st_ino     # still open
+    assert dev.read_bytes() == (0).to_bytes(4, "little")
+    assert rt.hold_cpu_latency(str(tmp_path / "other")) is None            # held once per process
+    os.close(fd)
+    monkeypatch.setattr(rt, "_LATENCY_FD", None)
+    why = rt.hold_cpu_latency(str(tmp_path / "missing" / "cpu_dma_latency"))
+    assert why is not None and "missing/cpu_dma_latency" in why and rt._LATENCY_FD is None

@@ -666,3 +666,57 @@ def test_mailbox_repeat_request_resends_last_answer(chain):
     assert sm1[5] & 0x08 and (sm1[7] & 0x02) == ((stat_act[1] ^ 0x02) & 0x02)
     data = fprd(chain, st, 0x1080, 128)[0]
     assert data[8] & 0x02 and data[12:12 + 4] == first
+
+
+def test_sync0_clock_steps_wall_time_periods(cfg, monkeypatch):
+    """clock="sync0": one period per elapsed cycle of wall time, as the server drives it (every
+    frame waiting in the socket is read, SlaveChain.catch_up(number of process-data frames),
+    then each frame answered and stepped). Normally the period is stepped after the answer
+    (nothing delays it); cycles the master skipped are stepped BEFORE the next answer with the
+    last outputs held (it reports where a DC-synced axis is now); frames that waited behind a
+    stall of the emulator step one period each, in order, and nothing more (physics never runs
+    ahead of the wall clock, and never skips a target the master sent)."""
+    import twin.ethercat.chain as chain_mod
+    now = [100.0]
+    monkeypatch.setattr(chain_mod.time, "monotonic", lambda: now[0])
+    chain = SlaveChain(cfg, FollowerMotion(JOINTS), n_slaves=3, watchdog_s=None, clock="sync0")
+    bring_to_op(chain)
+    n = len(chain.slaves)
+
+    def frame(target, cw=0x0F):
+        outs = [(cw, target, 0, 8)] * n
+        return raw_frame([(F.LRW, 0, 0, b"".join(struct.pack("<Hihb", *o) for o in outs) + bytes(21 * n))])
+
+    def serve(*targets, cw=0x0F):
+        """-> (periods stepped before the first answer, periods stepped after the answers)"""
+        batch = [frame(t, cw) for t in targets]
+        assert not chain.is_process_data(raw_frame([(F.LRD, 0, 0, bytes(4))]))
+        c0 = chain.cycles
+        chain.catch_up(sum(map(chain.is_process_data, batch)))
+        c1 = chain.cycles
+        for f in batch:
+            assert chain.process(f) is not None
+            chain.after_frame()
+        return c1 - c0, chain.cycles - c1
+
+    assert serve(0, cw=0) == (0, 1)
+    for cw in (0x06, 0x06, 0x07, 0x07, 0x0F, 0x0F):          # enable (CiA 402), 1 ms apart
+        now[0] += 1e-3
+        assert serve(0, cw=cw) == (0, 1)
+    for k in range(5):                       # on time, with jitter
+        now[0] += 1e-3 + 2e-4 * (-1) ** k
+        assert serve(0) == (0, 1)
+    now[0] += 4e-3                           # the master skipped 3 cycles
+    assert serve(0) == (3, 1)
+    now[0] += 7e-3                           # the emulator did not run for 7 ms: 7 frames waited
+    assert serve(*range(10, 17)) == (0, 7)
+    q_cmd = chain.truth()["q_cmd"][-8:, 0] / (2 * math.pi) * 1048576     # [counts]
+    assert np.allclose(q_cmd, [0] + list(range(10, 17))), q_cmd          # every target, in order
+    now[0] += 1e-3
+    assert serve(0) == (0, 1)
+    t = chain.truth()["t"]
+    assert len(t) == chain.cycles and np.allclose(np.diff(t), 1e-3)
+    now[0] += 1.0                            # far off the grid: resynchronised, no 1000-step burst
+    assert serve(0) == (0, 1)
+    frame_clock = SlaveChain(cfg, FollowerMotion(JOINTS), n_slaves=3, watchdog_s=None)
+    assert frame_clock.catch_up(5) == 0 and frame_clock.cycles == 0

@@ -60,7 +60,8 @@ class SlaveChain:
             raise ValueError(f"clock={clock!r}: expected 'frame' (one period per process-data "
                              f"frame) or 'sync0' (one period per elapsed cycle of wall time)")
         self.clock = clock
-        self._t_step: float | None = None
+        self._t_step: float | None = None    # wall time of the last period stepped ("sync0")
+        self.held_periods = self.catch_ups = 0   # "sync0": periods stepped with no frame, and when
         if not 1 <= n <= len(cfg.drives):
             raise ValueError(f"n_slaves={n_slaves}: {cfg.source} configures {len(cfg.drives)} drives")
         self.cfg = cfg
@@ -113,6 +114,7 @@ class SlaveChain:
         self.send_errors = 0
         self.last_send_error = ""
         self.answer_ns = np.zeros(10000, np.int64)   # receive -> answer sent, last 10000 frames (server)
+        self.step_ns = np.zeros(10000, np.int64)     # answer sent -> motion stepped (server)
         self.last_output_t = [0.0] * n
         self._op_since = [None] * n
         self._pd_pending = False
@@ -154,19 +156,44 @@ class SlaveChain:
         return buf
 
     def after_frame(self) -> None:
-        """Called once the answer is on the wire: step the motion if the frame carried process data."""
+        """Called once the answer is on the wire, if the frame carried process data: step the
+        motion one period with the outputs it brought (both clocks)."""
         if self._pd_pending:
             self._pd_pending = False
-            steps = 1
             if self.clock == "sync0":
-                dt = self.cfg.cycle_time_s
-                now = time.monotonic()
-                if self._t_step is None or abs(now - self._t_step) > 50 * dt:
-                    self._t_step = now - dt                  # (re)synchronise
-                steps = max(1, min(50, int((now - self._t_step) / dt + 0.5)))
-                self._t_step += steps * dt
-            for _ in range(steps):
-                self.cycle()
+                self._t_step += self.cfg.cycle_time_s
+            self.cycle()
+
+    def is_process_data(self, frame) -> bool:
+        """Does this wire frame carry outputs (an LRW / LWR datagram)?"""
+        try:
+            return any(frame[h] in F.LOGICAL and frame[h] != F.LRD for h, _d, _n in F.iter_datagrams(frame))
+        except F.FrameError:
+            return False
+
+    def catch_up(self, n_frames: int) -> int:
+        """"sync0" clock, before a batch of `n_frames` process-data frames (those waiting in the
+        socket) is answered: step the periods that fell due on the wall clock and that no frame
+        of the batch accounts for -- cycles the master skipped, in which a DC-synced drive holds
+        its last target through the SYNC0 events (frames that waited behind a stall of this
+        process each step their own period, in order, with their own outputs, as the drive
+        would have). Returns the periods stepped; none in the normal case, so the answer is not
+        delayed. A no-op with the "frame" clock."""
+        if self.clock != "sync0" or n_frames <= 0:
+            return 0
+        dt = self.cfg.cycle_time_s
+        now = time.monotonic()
+        if self._t_step is None or abs(now - self._t_step) > 50 * dt:
+            self._t_step = now - n_frames * dt                  # (re)synchronise
+        extra = int((now - self._t_step) / dt + 0.5) - n_frames
+        for _ in range(extra):
+            self.cycle()
+        if extra > 0:
+            self._t_step += extra * dt
+            self.held_periods += extra
+            self.catch_ups += 1
+            return extra
+        return 0
 
     def _physical(self, buf: bytearray, cmd: int, h: int, d: int, n: int) -> None:
         adp, ado = struct.unpack_from("<HH", buf, h + 2)
@@ -419,7 +446,9 @@ class SlaveChain:
     def status(self) -> dict:
         return {
             "frames": self.frames, "cycles": self.cycles, "dropped": self.dropped, "corrupted": self.corrupted,
-            "send_errors": self.send_errors, "answer_us": self._answer_stats(),
+            "send_errors": self.send_errors, "answer_us": _time_stats(self.answer_ns),
+            "step_us": _time_stats(self.step_ns), "held_periods": self.held_periods,
+            "catch_ups": self.catch_ups,
             "slaves": [{"position": e.position, "station_address": e.station_address,
                         "al_state": AL_NAMES.get(e.al_state, hex(e.al_state)), "al_status": e.al_status,
                         "al_status_code": e.al_status_code, "answering": e.answering,
@@ -432,13 +461,6 @@ class SlaveChain:
                         "transitions": list(e.drive.transitions)}
                        for e in self.slaves],
             "watchdog_trips": list(self.watchdog_trips)}
-
-    def _answer_stats(self) -> dict:
-        a = self.answer_ns[self.answer_ns > 0] * 1e-3
-        if not a.size:
-            return {}
-        return {"n": int(a.size), "median": float(np.median(a)), "p99": float(np.percentile(a, 99)),
-                "max": float(a.max()), "over_1ms": int(np.sum(a > 1000.0))}
 
     def truth(self) -> dict:
         """Every stepped period so far: t (N,); true q, qd, tau_r, tau_m, i_m, the commands q_cmd,
@@ -481,3 +503,13 @@ class _TruthBuffer:
             out[key] = b[:, 1 + j * n:1 + (j + 1) * n].copy()
         out["enabled"] = out["enabled"].astype(bool)
         return out
+
+
+def _time_stats(ns: np.ndarray) -> dict:
+    """Median / p99 / max [us] and the count over 1 ms of the filled entries of a ring of
+    durations [ns]."""
+    a = ns[ns > 0] * 1e-3
+    if not a.size:
+        return {}
+    return {"n": int(a.size), "median": float(np.median(a)), "p99": float(np.percentile(a, 99)),
+            "max": float(a.max()), "over_1ms": int(np.sum(a > 1000.0))}

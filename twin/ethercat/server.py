@@ -3,9 +3,10 @@ answered by :class:`~twin.ethercat.chain.SlaveChain`, in its own OS process.
 
 :func:`serve` is the loop (used by the CLI and by the child process): it waits on the socket and
 the control channel with ``select``, answers every frame at once, steps the twin after the answer
-of a process-data frame is sent (one 1 ms period per LRW frame, so the simulation runs in
-lock-step with the master's cycle whatever the wall-clock jitter), and runs the SyncManager
-watchdog.
+of a process-data frame is sent (clock "frame": one 1 ms period per LRW frame, so the simulation
+runs in lock-step with the master's cycle whatever the wall-clock jitter; clock "sync0": the
+elapsed periods of the wall clock: one per frame, plus the cycles the master skipped, stepped
+before the answer), and runs the SyncManager watchdog.
 
 :class:`SlaveChainProcess` starts it as a separate interpreter and talks to it over a socketpair
 (a multiprocessing Connection): fault injection, status, ground truth, stop.
@@ -71,10 +72,23 @@ def open_socket(iface: str) -> socket.socket:
     return sock
 
 
+_LATENCY_FD: list = []     # the PM QoS request lives as long as this fd (the process)
+
+
 def _try_realtime() -> bool:
     """SCHED_FIFO for the emulator, pinned to the FIRST CPU: the master's loop pins itself to the
     last one (robot.rt.harden) and busy-polls for the answer at a higher priority -- on one
-    shared CPU it would starve the emulator it waits for."""
+    shared CPU it would starve the emulator it waits for. And a 0 us CPU wake-up latency request
+    (/dev/cpu_dma_latency), as the master's loop makes: an ESC answers on the fly, while this
+    process sleeps in select, and an idle (virtual) CPU that halted can take milliseconds to
+    wake for the frame -- bursts of lost frames on a 2-vCPU VM otherwise."""
+    try:
+        if not _LATENCY_FD:
+            fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+            os.write(fd, (0).to_bytes(4, "little", signed=True))
+            _LATENCY_FD.append(fd)
+    except OSError:
+        pass
     try:
         cpus = sorted(os.sched_getaffinity(0))
         if len(cpus) > 1:
@@ -120,16 +134,21 @@ def serve(params: ServerParams, conn=None, chain: SlaveChain | None = None, stop
     gc.disable()
     t_end = None if stop_after_s is None else time.monotonic() + stop_after_s
     recv, send, process, after = sock.recv, sock.send, chain.process, chain.after_frame
-    clock, answer_ns = time.perf_counter_ns, chain.answer_ns
+    clock, answer_ns, step_ns = time.perf_counter_ns, chain.answer_ns, chain.step_ns
+    sync0 = chain.clock == "sync0"
     try:
         while True:
             ready, _, _ = select.select(waits, [], [], 0.005)   # SM watchdog resolution
             if sock in ready:
+                batch = []                            # every frame waiting (more than one: a stall)
                 while True:
                     try:
-                        frame = recv(2048)
+                        batch.append(recv(2048))
                     except BlockingIOError:
                         break
+                if sync0:
+                    chain.catch_up(sum(map(chain.is_process_data, batch)))
+                for frame in batch:
                     t0 = clock()
                     out = process(frame)
                     if out is not None:
@@ -138,8 +157,12 @@ def serve(params: ServerParams, conn=None, chain: SlaveChain | None = None, stop
                         except OSError as exc:        # e.g. ENOBUFS: the answer is lost like a dropped frame
                             chain.send_errors += 1
                             chain.last_send_error = str(exc)
-                        answer_ns[chain.frames % len(answer_ns)] = clock() - t0
-                    after()
+                        t1 = clock()
+                        answer_ns[chain.frames % len(answer_ns)] = t1 - t0
+                        after()
+                        step_ns[chain.frames % len(step_ns)] = clock() - t1
+                    else:
+                        after()
             if conn is not None and conn in ready:
                 try:
                     msg = conn.recv()
