@@ -151,8 +151,7 @@ def _origin(elem) -> np.ndarray:
     o = elem.find("origin") if elem is not None else None
     if o is None:
         return np.eye(4)
-    xyz = np.array([float(v) for v in (o.get("xyz") or "0 0 0").split()])
-    rpy = np.array([float(v) for v in (o.get("rpy") or "0 0 0").split()])
+    xyz, rpy = (_numbers(o, key, "", default="0 0 0", n=(3,)) for key in ("xyz", "rpy"))
     return transform(rpy_to_matrix(rpy), xyz)
 
 
@@ -172,7 +171,7 @@ def _body_links(root, moving: list[str]) -> dict[str, tuple[int, np.ndarray]]:
         ln, body, T = stack.pop()
         for j in children[ln]:
             child = j.find("child").get("link")
-            Tj = T @ _origin(j)
+            Tj = T @ _origin(j)      # (joint origins were checked by identify.model.urdf)
             if j.get("name") in moving:
                 b = moving.index(j.get("name")) + 1
                 out[child] = (b, np.eye(4))
@@ -290,6 +289,27 @@ def _points_capsule(V: np.ndarray, body: int, label: str) -> Capsule:
     return Capsule(body, c0 + a, c0 + b, R, f"{label} mesh")
 
 
+def _numbers(shape, key: str, label: str, *, default: str | None = None, n=(1,),
+             positive: bool = False, nonneg: bool = False) -> np.ndarray:
+    """The attribute `key` of a URDF <geometry> shape as finite numbers (count in `n`) [m or 1];
+    a ValueError naming the link, shape and attribute otherwise."""
+    text = shape.get(key, default)
+    what = (f"{label}: " if label else "") + f"<{shape.tag} {key}={text!r}>"
+    if text is None:
+        raise ValueError(f"{what} is missing")
+    try:
+        v = np.array([float(x) for x in text.split()])
+    except ValueError:
+        raise ValueError(f"{what} is not a number") from None
+    if v.size not in n or not np.all(np.isfinite(v)):
+        raise ValueError(f"{what}: expected {' or '.join(map(str, n))} finite number(s)")
+    if positive and np.any(v <= 0):
+        raise ValueError(f"{what} must be > 0 [m]")
+    if nonneg and np.any(v < 0):
+        raise ValueError(f"{what} must be >= 0 [m]")
+    return v
+
+
 def _geometry_capsule(geom, T: np.ndarray, body: int, label: str,
                       urdf_dir: Path = Path(".")) -> Capsule:
     """The capsule containing one URDF <geometry> placed at pose T in the body frame."""
@@ -297,7 +317,9 @@ def _geometry_capsule(geom, T: np.ndarray, body: int, label: str,
     R, p = T[:3, :3], T[:3, 3]
     if shape.tag == "mesh":
         path = _resolve_mesh(shape.get("filename") or "", urdf_dir, label)
-        scale = np.array([float(v) for v in (shape.get("scale") or "1 1 1").split()])
+        scale = _numbers(shape, "scale", "", default="1 1 1", n=(1, 3))
+        if np.any(scale == 0):
+            raise ValueError(f"<mesh scale={shape.get('scale')!r}> has a zero factor")
         # the collision model is built several times per run (start-pose checks of both
         # trajectories, the optimizer, the backends): read and fit each mesh once
         st = path.stat()
@@ -308,22 +330,20 @@ def _geometry_capsule(geom, T: np.ndarray, body: int, label: str,
             V = _read_mesh_vertices(path, label)
             _MESH_CAPSULES[key] = _points_capsule((V * scale) @ R.T + p, body, label)
         return _MESH_CAPSULES[key]
-    if shape.tag == "cylinder":
-        r, L = float(shape.get("radius")), float(shape.get("length"))
+    if shape.tag in ("cylinder", "capsule"):
+        r = _numbers(shape, "radius", "", positive=True)[0]
+        L = _numbers(shape, "length", "", nonneg=True)[0]
         ax = R[:, 2] * 0.5 * L
-        return Capsule(body, p - ax, p + ax, r, f"{label} cylinder")
+        return Capsule(body, p - ax, p + ax, r, f"{label} {shape.tag}")
     if shape.tag == "sphere":
-        return Capsule(body, p.copy(), p.copy(), float(shape.get("radius")), f"{label} sphere")
+        return Capsule(body, p.copy(), p.copy(), _numbers(shape, "radius", "", positive=True)[0],
+                       f"{label} sphere")
     if shape.tag == "box":
-        s = np.array([float(v) for v in shape.get("size").split()])
+        s = _numbers(shape, "size", "", n=(3,), positive=True)
         k = int(np.argmax(s))
         others = [i for i in range(3) if i != k]
         ax = R[:, k] * 0.5 * s[k]
         return Capsule(body, p - ax, p + ax, 0.5 * float(np.hypot(*s[others])), f"{label} box")
-    if shape.tag == "capsule":
-        r, L = float(shape.get("radius")), float(shape.get("length"))
-        ax = R[:, 2] * 0.5 * L
-        return Capsule(body, p - ax, p + ax, r, f"{label} capsule")
     raise ValueError(f"{label}: collision geometry <{shape.tag}> is not supported for the "
                      f"collision constraints (cylinder, sphere, box, capsule, mesh)")
 
@@ -350,7 +370,10 @@ def capsules_from_urdf(path, joint_names, *, link_tubes: bool = True, tube_radiu
             g = e.find("geometry")
             if g is None or not len(g):
                 continue
-            caps.append(_geometry_capsule(g, T @ _origin(e), body, f"{ln}", Path(path).parent))
+            try:
+                caps.append(_geometry_capsule(g, T @ _origin(e), body, f"{ln}", Path(path).parent))
+            except ValueError as exc:
+                raise ValueError(f"{path}: link {ln!r} <{e.tag}>: {exc}") from None
     if link_tubes and placements is not None:
         n = len(moving)
         names = {b: ln for ln, (b, T) in where.items() if np.allclose(T, np.eye(4))}

@@ -75,6 +75,8 @@ def _floats(text: str | None, n: int, default: float, where: str) -> np.ndarray:
         raise URDFError(f"{where}: cannot read numbers from {text!r}") from exc
     if vals.shape != (n,):
         raise URDFError(f"{where}: expected {n} numbers, got {text!r}")
+    if not np.all(np.isfinite(vals)):
+        raise URDFError(f"{where}: non-finite number in {text!r}")
     return vals
 
 
@@ -100,10 +102,20 @@ def _link_params(link, where: str) -> np.ndarray | None:
         I = {k: float(inertia_el.get(k, 0.0)) for k in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz")}
     except (TypeError, ValueError) as exc:
         raise URDFError(f"{where}: unreadable mass or inertia value ({exc})") from exc
+    if not (math.isfinite(m) and m >= 0.0):
+        raise URDFError(f"{where}: <mass value={mass_el.get('value')!r}> must be a finite mass >= 0 [kg]")
+    bad = [k for k, v in I.items() if not math.isfinite(v)]
+    if bad:
+        raise URDFError(f"{where}: <inertia> {', '.join(bad)} not a finite number [kg*m^2]")
     T = _origin(inertial, where + "/inertial")
     I_c = np.array([[I["ixx"], I["ixy"], I["ixz"]],
                     [I["ixy"], I["iyy"], I["iyz"]],
                     [I["ixz"], I["iyz"], I["izz"]]])
+    lam = np.linalg.eigvalsh(I_c)
+    # vendor files round their tensors: only a clearly negative principal moment is refused
+    if lam[0] < -1e-6 * max(1e-6, float(np.abs(lam).max())):
+        raise URDFError(f"{where}: <inertia> has a negative principal moment of inertia "
+                        f"({', '.join(f'{v:.4g}' for v in lam)} kg*m^2): not a rigid body")
     # inertia given in the inertial frame (rotated by rpy), centred at its origin
     R = T[:3, :3]
     return params_from_inertial(m, T[:3, 3], R @ I_c @ R.T)
@@ -178,6 +190,8 @@ def _bodies(path: Path, children: dict, base: str, is_moving):
 def _body_params(path: Path, links: dict, body_links: list, n: int) -> np.ndarray:
     """(n, 10) inertial parameters of the moving bodies (their links combined)."""
     params = np.zeros((n, 10))
+    for ln, _T in body_links[0]:         # the fixed base: no parameters, but a broken file is refused
+        _link_params(links[ln], f"{path}: link {ln!r}")
     for b in range(1, n + 1):
         parts = []
         for ln, T in body_links[b]:
@@ -210,7 +224,13 @@ def _joint_data(path: Path, chain_joints: list) -> dict:
         if limit is not None:
             def get(key, default):
                 v = limit.get(key)
-                return float(v) if v is not None else default
+                try:
+                    x = float(v) if v is not None else default
+                except ValueError:
+                    raise URDFError(f"{path}: joint {jn!r} <limit {key}={v!r}> is not a number") from None
+                if math.isnan(x):
+                    raise URDFError(f"{path}: joint {jn!r} <limit {key}={v!r}> is not a number")
+                return x
             if j.get("type") == "revolute":
                 out["q_min"][i] = get("lower", -np.inf)
                 out["q_max"][i] = get("upper", np.inf)
@@ -221,8 +241,16 @@ def _joint_data(path: Path, chain_joints: list) -> dict:
             out["tau_max"][i] = e if e > 0 else np.inf
         dyn = j.find("dynamics")
         if dyn is not None:
-            out["damping"][i] = float(dyn.get("damping", 0.0))
-            out["friction"][i] = float(dyn.get("friction", 0.0))
+            for key in ("damping", "friction"):
+                v = dyn.get(key, 0.0)
+                try:
+                    x = float(v)
+                except ValueError:
+                    x = math.nan
+                if not (math.isfinite(x) and x >= 0.0):
+                    raise URDFError(f"{path}: joint {jn!r} <dynamics {key}={v!r}> must be a finite "
+                                    f"number >= 0")
+                out[key][i] = x
     return out
 
 

@@ -187,3 +187,33 @@ def test_pairs_the_design_left_out_are_held_to_no_contact_not_the_margin():
         check_clearance(arm.source, arm.joint_names, held, q=Q[:near + 1])
     with pytest.raises(CollisionRefused, match=r"link1 / link6 .*held to no contact"):
         check_clearance(arm.source, arm.joint_names, left_out, q=Q)
+
+
+@pytest.mark.parametrize("geometry, match", [
+    ('<cylinder radius="-0.04" length="0.1"/>', r"<cylinder radius='-0.04'> must be > 0"),
+    ('<cylinder radius="0.04"/>', r"<cylinder length=None> is missing"),
+    ('<sphere radius="nan"/>', r"<sphere radius='nan'>: expected 1 finite"),
+    ('<box size="0.1 0 0.2"/>', r"<box size='0.1 0 0.2'> must be > 0"),
+    ('<box size="0.1 0.2"/>', r"<box size='0.1 0.2'>: expected 3 finite"),
+    ('<capsule radius="0.05" length="-1"/>', r"<capsule length='-1'> must be >= 0"),
+    ('<mesh filename="meshes/box.obj" scale="0.001 0 0.001"/>', r"<mesh scale='0.001 0 0.001'> has a zero factor"),
+])
+def test_bad_collision_shapes_refused_naming_file_and_link(tmp_path, geometry, match):
+    """Bad numbers in a collision shape (a negative or missing radius, a zero box edge, a zero
+    mesh scale factor, NaN) are refused when the collision model is built, naming the URDF,
+    the link and the attribute (before: a negative-radius capsule, or a Python error)."""
+    (tmp_path / "meshes").mkdir()
+    _write("obj", tmp_path / "meshes" / "box.obj", *_box_mesh([1.0, 1.0, 1.0]))
+    urdf = tmp_path / "m.urdf"
+    text = _URDF.format(fn="meshes/box.obj")
+    urdf.write_text(text.replace('<mesh filename="meshes/box.obj" scale="0.001 0.001 0.001"/>', geometry))
+    with pytest.raises(ValueError, match=r"m\.urdf: link 'l1' <collision>: " + match):
+        capsules_from_urdf(urdf, ["j1"], link_tubes=False)
+
+
+def test_nan_collision_origin_refused(tmp_path):
+    urdf = tmp_path / "m.urdf"
+    urdf.write_text(_URDF.format(fn="x.obj").replace('<origin xyz="0 0 0.2"', '<origin xyz="0 nan 0.2"').replace(
+        '<mesh filename="x.obj" scale="0.001 0.001 0.001"/>', '<sphere radius="0.1"/>'))
+    with pytest.raises(ValueError, match=r"link 'l1' <collision>: <origin xyz='0 nan 0.2'>: expected 3 finite"):
+        capsules_from_urdf(urdf, ["j1"], link_tubes=False)

@@ -89,3 +89,56 @@ def test_fixed_joint_merge_equals_single_body(tmp_path):
         q, qd, qdd = rng.normal(size=(3, 2))
         np.testing.assert_allclose(m.inverse_dynamics(q, qd, qdd), pin.rnea(pm, pd, q, qd, qdd),
                                    rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (('<mass value="1.5"/>', '<mass value="-1.5"/>'), r"link 'a': <mass value='-1.5'> must be a finite mass >= 0"),
+    (('<mass value="1.5"/>', '<mass value="nan"/>'), r"link 'a': <mass value='nan'> must be a finite mass"),
+    (('ixx="0.01"', 'ixx="inf"'), r"link 'a': <inertia> ixx not a finite number"),
+    (('ixx="0.01"', 'ixx="-0.2"'), r"link 'a': <inertia> has a negative principal moment"),
+    (('<origin xyz="0.01 0.02 0.03"/>', '<origin xyz="0.01 nan 0.03"/>'),
+     r"link 'a'/inertial/origin@xyz: non-finite number in '0.01 nan 0.03'"),
+])
+def test_non_physical_inertial_refused(tmp_path, edit, match):
+    """A negative or NaN mass, a NaN inertia or origin, or a negative principal moment: refused
+    at load, naming the link (before: a NaN / negative model identified without a word)."""
+    bad = INERTIAL.replace(*edit)
+    path = _write(tmp_path, _link("base") + f'<link name="a">{bad}</link>' + _joint("j1", "base", "a"))
+    with pytest.raises(URDFError, match=match):
+        load_chain(path)
+
+
+def test_broken_base_inertial_refused_and_rounded_tensor_accepted(tmp_path):
+    """The fixed base carries no parameters, but a broken file is refused there too; a vendor
+    tensor rounded a hair below positive semi-definite is accepted."""
+    bad = INERTIAL.replace('<mass value="1.5"/>', '<mass value="-4"/>')
+    path = _write(tmp_path, f'<link name="base">{bad}</link>' + _link("a") + _joint("j1", "base", "a"))
+    with pytest.raises(URDFError, match=r"link 'base': <mass value='-4'>"):
+        load_chain(path)
+    # principal moments 0.02 +- 0.02000001: one of them -1e-8 (rounding), accepted
+    rounded = INERTIAL.replace('ixx="0.01" ixy="0"', 'ixx="0.02" ixy="0.02000001"').replace(
+        'iyy="0.02"', 'iyy="0.02"')
+    path = _write(tmp_path, _link("base") + f'<link name="a">{rounded}</link>' + _joint("j1", "base", "a"),
+                  name="ok.urdf")
+    assert load_chain(path).axes.shape == (1, 3)
+
+
+@pytest.mark.parametrize("where, match", [
+    ('<origin xyz="0 0 nan"/>', r"joint 'j1'/origin@xyz: non-finite number"),
+    ('<limit lower="nan" upper="3" effort="10" velocity="2"/>', r"joint 'j1' <limit lower='nan'> is not a number"),
+    ('<limit lower="-3" upper="x" effort="10" velocity="2"/>', r"joint 'j1' <limit upper='x'> is not a number"),
+    ('<dynamics damping="-0.1"/>', r"joint 'j1' <dynamics damping='-0.1'> must be a finite number >= 0"),
+    ('<dynamics friction="nan"/>', r"joint 'j1' <dynamics friction='nan'> must be a finite number >= 0"),
+])
+def test_bad_joint_numbers_refused(tmp_path, where, match):
+    j = _joint("j1", "base", "a")
+    tag = where.split()[0]
+    if tag == "<origin":
+        j = j.replace('<origin xyz="0 0 0.1"/>', where)
+    elif tag == "<limit":
+        j = j.replace('<limit lower="-3" upper="3" effort="10" velocity="2"/>', where)
+    else:
+        j = j.replace("</joint>", where + "</joint>")
+    path = _write(tmp_path, _link("base") + _link("a") + j)
+    with pytest.raises(URDFError, match=match):
+        load_chain(path)
