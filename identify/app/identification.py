@@ -23,7 +23,8 @@ from identify.model.friction import full_regressor
 from identify.model.urdf_export import full_from_base
 from identify.scenario.signals import SIGNAL_NAMES, resolve_identification
 from identify.scenario.spec import Scenario
-from identify.validation.parameter_errors import stage2_errors, stage2_truth, true_base_parameters
+from identify.validation.parameter_errors import (inertial_base_truth, stage2_errors, stage2_truth,
+                                                  true_base_parameters)
 from identify.validation.validate import validate
 
 from .prior import prior_parameters
@@ -220,6 +221,10 @@ def build_truth(scn: Scenario, model, base, recs: dict, warnings: list) -> Truth
             cmp.base_note = truth.note
         except ValueError as exc:
             warnings.append(f"no parameter truth: {exc}")
+    else:       # every reason is the link friction's law: the inertia still has its truth
+        cmp.base = inertial_base_truth(model, base, truth.inertial, terms)
+        cmp.base_note = (truth.note + "; base parameters of the inertia only (the link friction "
+                         "has no constant-parameter truth)")
     return cmp
 
 

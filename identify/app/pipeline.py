@@ -62,7 +62,8 @@ COND_HOPELESS = 1.0e3
 def conditioning_warnings(trajs: dict, ident: Identification) -> list[str]:
     """Loud warnings for results that cannot be trusted: cond(W_base) of a trajectory beyond
     :data:`COND_HOPELESS` (an excitation fitted with held data: the measured cond of the
-    stacked rows), or most parameters poorly excited (std > |value|)."""
+    stacked rows), most parameters poorly excited (std > |value|), or a model misfit flagged by
+    the estimator (``misfit_``: identify.estimation.estimators.MISFIT_RATIO)."""
     out = []
     for label, info in (trajs or {}).items():
         cond = getattr(info, "cond", None)
@@ -83,6 +84,14 @@ def conditioning_warnings(trajs: dict, ident: Identification) -> list[str]:
         if bad > val.size / 2:
             out.append(f"WARNING: {bad} of {val.size} parameters of the {label} are poorly "
                        f"excited (std > |value|): the trajectory does not excite them")
+        est = getattr(fit, "stage1_", None) or getattr(fit, "estimator_", None)
+        if getattr(est, "misfit_", False):
+            out.append(f"WARNING: model misfit in the {label}: the estimates on contiguous "
+                       f"blocks of the data disagree {est.jackknife_ratio_:.2f}x more than the "
+                       f"residual noise explains (block jackknife / sandwich std, median over the "
+                       f"parameters; noise alone gives about 1-1.5): the residual is a model "
+                       f"error, not noise. The std are the jackknife's where larger, and still "
+                       f"lower bounds (a bias every block shares is not in them)")
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from identify.common.jsonutil import to_jsonable
+from identify.estimation.estimators import MISFIT_RATIO
 
 from identify.validation.parameter_errors import near_zero, stage2_truth
 
@@ -250,6 +251,24 @@ def held_sources_document(sources) -> list:
 # parameters.yaml
 # ------------------------------------------------------------------------------------------------
 
+#: what the std of a linear fit are (parameters.yaml, metrics.json "uncertainty")
+STD_SANDWICH = ("HAC sandwich (Parzen kernel): noise std, serial correlation included; no misfit "
+                "flagged (block jackknife / sandwich std ratio not above MISFIT_RATIO)")
+STD_MISFIT = ("block jackknife where larger than the HAC sandwich: the residual is a model misfit "
+              "(the estimates on contiguous blocks disagree beyond the noise); lower bounds")
+
+
+def uncertainty_document(est) -> dict:
+    """{"uncertainty": {std, jackknife_ratio, misfit}} of a fit whose estimator checked its
+    residual for misfit (identify.estimation.estimators.WLS); {} for the others."""
+    ratio = getattr(est, "jackknife_ratio_", None)
+    if ratio is None or not np.isfinite(ratio):
+        return {}
+    mis = bool(getattr(est, "misfit_", False))
+    return {"uncertainty": {"std": STD_MISFIT if mis else STD_SANDWICH.replace(
+        "MISFIT_RATIO", f"{MISFIT_RATIO:g}"), "jackknife_ratio": float(ratio), "misfit": mis}}
+
+
 def model_tables(ident: Identification) -> dict:
     """models.simplified / models.improved / models.consistent of parameters.yaml."""
     sm, im = ident.simplified, ident.improved
@@ -258,10 +277,12 @@ def model_tables(ident: Identification) -> dict:
         tb = parameter_table(sm.names_, sm.params_, sm.std_,
                              poorly_excited=getattr(getattr(sm, "estimator_", None), "poorly_excited_",
                                                     None))
+        tb.update(uncertainty_document(getattr(sm, "estimator_", None)))
         models["simplified"] = {"rigid_body": {**tb, "note": _NOTE_SIMPLIFIED}}
     if im is not None:
         tb = parameter_table(im.names1_, im.params_, im.std_, ident.truth.base,
                              poorly_excited=getattr(im.stage1_, "poorly_excited_", None))
+        tb.update(uncertainty_document(im.stage1_))
         tb["note"] = ("improved model, stage 1: base parameters + link-side friction from the "
                       "joint torque sensor" + (f" (truth: {ident.truth.base_note})"
                                                if ident.truth.base is not None else ""))
@@ -313,6 +334,10 @@ def identification_metrics(ident: Identification, models: dict | None = None) ->
          "improvement_percent": dict(v.improvement), "cond_W_measured": dict(v.cond_measured),
          "n_base": int(ident.base.n_base), "headline_improved_route": v.headline_route,
          "prior": prior_document(ident.prior), "poorly_excited_count": pe_counts,
+         "uncertainty": {k: tb["uncertainty"] for k, tb in
+                         (("simplified", models.get("simplified", {}).get("rigid_body", {})),
+                          ("improved_stage1", models.get("improved", {}).get("stage1", {})))
+                         if "uncertainty" in tb},
          "validation": {k: val for k, val in v.result.to_dict().items()
                         if k in ("decomposition_rms", "change_vs_simplified_pct")}}
     if "improved" in models:

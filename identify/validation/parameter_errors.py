@@ -81,6 +81,8 @@ class ParameterErrors:
                                                             self.std, self.rel_error, self.z)]}
 
 
+#: why a parameter with no known truth is left out of the +-3 sigma count
+REASON_NO_TRUTH = "no truth (the twin's link friction has no constant-parameter truth)"
 #: why a parameter with std NaN is left out of the +-3 sigma count
 REASON_STD_NAN = "std is NaN: not identifiable from these data"
 
@@ -117,7 +119,8 @@ def parameter_errors(estimate, std, truth, names=None, groups=None) -> Parameter
 
     A parameter whose std is NaN (not identifiable from the data) keeps its row (error and
     relative error are still given) but z is NaN and it is left out of the +-3 sigma count
-    (``compared`` False, listed in ``skipped``). A std of 0 gives z = 0 for an exact estimate
+    (``compared`` False, listed in ``skipped``); so is one whose truth is NaN (none known:
+    :func:`inertial_base_truth`). A std of 0 gives z = 0 for an exact estimate
     and inf otherwise (a miss). The relative error is NaN where the truth is about zero
     (:func:`near_zero` within `groups`), so that medians of it mean something; z still judges
     those parameters."""
@@ -131,13 +134,14 @@ def parameter_errors(estimate, std, truth, names=None, groups=None) -> Parameter
     if len(names) != est.size:
         raise ValueError(f"{len(names)} names for {est.size} parameters")
     err = est - tr
-    compared = ~np.isnan(sd)
+    compared = ~np.isnan(sd) & ~np.isnan(tr)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(~near_zero(tr, groups), 100.0 * err / np.abs(tr), np.nan)
         z = np.where(sd > 0, err / sd, np.where(err == 0, 0.0, np.inf))
     z = np.where(compared, z, np.nan)
     within = compared & (np.abs(np.where(compared, z, 0.0)) <= 3.0)
-    skipped = [(nm, REASON_STD_NAN) for nm, c in zip(names, compared) if not c]
+    skipped = [(nm, REASON_NO_TRUTH if np.isnan(t) else REASON_STD_NAN)
+               for nm, c, t in zip(names, compared, tr) if not c]
     return ParameterErrors(names, est, sd, tr, err, rel, z, within, int(within.sum()),
                            int(compared.sum()), compared, skipped)
 
@@ -212,6 +216,22 @@ def stage2_truth(stage2, truth) -> np.ndarray | None:
         return None
     return np.array([[truth.stage2[nm][j] for nm in stage2.names]
                      for j in range(len(stage2.joints))])
+
+
+def inertial_base_truth(model, base, inertial=None, terms=("viscous", "coulomb")) -> np.ndarray:
+    """True base parameters (stage-1 / simplified column order, like :func:`true_base_parameters`)
+    where they involve inertial parameters only, NaN where they involve a friction column: the
+    truth that still holds when the twin's link friction follows a law with no constant-parameter
+    truth (Stribeck, asymmetry, drift, load-dependent, presliding) -- the inertia did not
+    change. `inertial` (10n,) defaults to the model's; `terms`: the fit's friction terms."""
+    n = model.n
+    p_in = model.inertial_parameters() if inertial is None else np.asarray(inertial, float)
+    E = np.asarray(base.E, float)
+    if E.shape[1] == 10 * n:                    # friction columns appended after the base ones
+        return np.concatenate([np.asarray(base.project(p_in), float), np.full(len(terms) * n, np.nan)])
+    fr = E[:, 10 * n:]
+    out = E[:, :10 * n] @ p_in
+    return np.where(np.any(fr != 0, axis=1), np.nan, out)
 
 
 def true_base_parameters(model, base, *, link_viscous=None, link_coulomb=None,

@@ -114,8 +114,11 @@ def test_estimator_iv_on_the_twin_reduces_the_stage1_bias(tmp_path):
         p = tmp_path / f"{est}.yaml"
         p.write_text(yaml.safe_dump(d))
         res = run_scenario(load_scenario(p), out=tmp_path / est)
-        pe = json.loads((res.folder / "metrics.json").read_text())["parameter_errors"]
-        errs[est] = pe["improved_stage1"]
+        m = json.loads((res.folder / "metrics.json").read_text())
+        errs[est] = m["parameter_errors"]["improved_stage1"]
+        errs[est]["misfit"] = m.get("uncertainty", {}).get("improved_stage1", {}).get("misfit")
     assert errs["iv"]["median_abs_error_percent"] < 0.5 * errs["wls"]["median_abs_error_percent"]
-    assert errs["wls"]["within_3sigma"] < errs["wls"]["count"]          # wls: biased
+    # wls is biased by the encoder noise in its regressor: its sandwich std miss the truth, or
+    # the block jackknife flags the fit as a misfit (std inflated, the run says lower bounds)
+    assert errs["wls"]["within_3sigma"] < errs["wls"]["count"] or errs["wls"]["misfit"]
     assert errs["iv"]["within_3sigma"] == errs["iv"]["count"]
