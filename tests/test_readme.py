@@ -145,3 +145,24 @@ def test_matrix_headline_row_matches_fresh_runs(golden_run_folders, tmp_path, mo
         m = B._metrics("speed_efficiency", tmp_path, fit)
         for i, traj in enumerate(("excitation", "validation")):
             _close(row[key][i], m["rms"][traj]["simplified"]["overall"], what=(fit, traj))
+
+
+@pytest.mark.slow
+def test_payload_row_matches_a_fresh_run(tmp_path, monkeypatch):
+    """The README's payload row (mass error, its std and z, CoM error) is what a fresh
+    `twinid run scenarios/payload.yaml` prints (a cold trajectory cache)."""
+    from identify.app.pipeline import run_scenario
+    from identify.scenario.load import load_scenario
+    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    line = next(ln for ln in (ROOT / "README.md").read_text().splitlines()
+                if ln.startswith("| payload 1.5 kg, 10 s, default noise |"))
+    m = re.search(r"mass (\S+) % \(std ±(\S+) %, z (\S+?):.*CoM error (\S+) mm", line)
+    assert m, line
+    err, std, z, com = (float(x.replace("−", "-")) for x in m.groups())
+    p = json.loads((run_scenario(load_scenario(ROOT / "scenarios" / "payload.yaml"),
+                                 out=tmp_path / "run").folder / "metrics.json").read_text())["payload"]
+    mass = p["identified"]["mass_kg"]
+    assert round(p["errors"]["mass_percent"], 2) == err
+    assert round(100 * p["std"]["mass_kg"] / 1.5, 2) == std
+    assert round((mass - 1.5) / p["std"]["mass_kg"], 1) == z
+    assert round(1e3 * p["errors"]["com_m"], 1) == com

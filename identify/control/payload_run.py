@@ -89,7 +89,8 @@ def wrist_excitation(robot, start, *, harmonics: int = 3, period_s: float = 10.0
 class PayloadResult:
     """identified / std / truth: {"mass_kg", "com_m" (3,), "inertia_kgm2" (6,) about the CoM in
     the flange frame} (truth None off the twin); params / params_std (10,) the flange-frame
-    10-vector; cond: of the fit's weighted regressor; signal; arm_source: where the known arm came
+    10-vector (std: the larger of the noise std and the block jackknife's, median ratio
+    jackknife_ratio); cond: of the fit's weighted regressor; signal; arm_source: where the known arm came
     from; projected: the consistent fit moved the least-squares solution; errors: mass [%], CoM
     [m] against the truth (None without); samples, duration_s, trajectory_cond."""
     identified: dict
@@ -106,6 +107,7 @@ class PayloadResult:
     samples: int
     duration_s: float
     trajectory_cond: float | None = None
+    jackknife_ratio: float | None = None
     goal_mass_percent: float = 2.0
     goal_com_m: float = 0.005
 
@@ -150,4 +152,5 @@ def identify_payload(arm_model: JointModel, processed, *, signal: str = "tau_j",
                          params_std=fit.std_, cond=fit.cond_, signal=signal,
                          arm_source=arm_model.source, projected=fit.projected_,
                          mass_error_percent=err_m, com_error_m=err_c, samples=int(q.shape[0]),
-                         duration_s=float(d.t[-1] - d.t[0]), trajectory_cond=trajectory_cond)
+                         duration_s=float(d.t[-1] - d.t[0]), trajectory_cond=trajectory_cond,
+                         jackknife_ratio=fit.jackknife_ratio_)

@@ -9,8 +9,10 @@ is expressed: identify.model.payload), phi = [m, m cx, m cy, m cz, Ixx, Ixy, Iyy
 least squares (per-joint noise from an ordinary fit's residual), then, when that solution is not
 physically consistent, the nearest consistent one in the same weighted metric: positive mass and
 pseudo-inertia [[tr(I)/2 1 - I, h], [h^T, m]] positive semidefinite (Wensing et al. 2017), by a
-small SDP (cvxpy / Clarabel). std from the unconstrained covariance sigma^2 (A^T A)^-1 and, for
-mass / CoM / inertia about the CoM, propagated through the conversion's Jacobian."""
+small SDP (cvxpy / Clarabel). std from the unconstrained covariance: per parameter the larger of
+sigma^2 (A^T A)^-1 and the delete-a-block jackknife (identify.estimation.estimators.
+block_jackknife_cov; ``jackknife_ratio_`` the median ratio of the two), and, for mass / CoM /
+inertia about the CoM, propagated through the conversion's Jacobian."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,7 +20,7 @@ import numpy as np
 from identify.common.estimator import EstimatorMixin, check_is_fitted
 from identify.model.spatial import params_from_inertial, pseudo_inertia
 
-from .estimators import stack_system
+from .estimators import block_jackknife_cov, misfit_inflation, stack_system
 
 __all__ = ["PayloadFit", "PAYLOAD_NAMES", "payload_regressor", "physical", "physical_std",
            "from_physical"]
@@ -124,7 +126,14 @@ class PayloadFit(EstimatorMixin):
         phi = np.linalg.lstsq(A, b, rcond=None)[0]
         dof = max(int(used.sum()) - 10, 1)
         s2 = float(np.sum((b - A @ phi) ** 2) / dof)
-        self.cov_ = s2 * np.linalg.inv(A.T @ A)
+        cov = s2 * np.linalg.inv(A.T @ A)
+        # sigma^2 (A^T A)^-1 takes the residual for independent noise; filtered data are serially
+        # correlated and the known arm's model error runs along the trajectory: each std is the
+        # larger of it and the delete-a-block jackknife's (the spread of the fits with one of 10
+        # contiguous blocks left out), which holds for either
+        N, n = y.shape
+        self.jackknife_ratio_, up = misfit_inflation(cov, block_jackknife_cov(A, b, N, n))
+        self.cov_ = cov * np.outer(up, up)
         self.std_ = np.sqrt(np.diag(self.cov_))
         self.sigma_ = sigma * np.sqrt(s2)
         self.projected_ = False

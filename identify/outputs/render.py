@@ -545,10 +545,18 @@ def collision_metrics(results: dict) -> dict:
     return to_jsonable(out)
 
 
+#: what the payload's std are (metrics.json payload.std_note)
+PAYLOAD_STD_NOTE = ("per parameter the larger of the noise std sigma^2 (A^T A)^-1 and the "
+                    "delete-a-block jackknife's (10 contiguous blocks; jackknife_ratio: their "
+                    "median ratio), then propagated to mass / CoM / inertia; a bias every block "
+                    "shares is not in them")
+
+
 def payload_metrics(res) -> dict:
     """metrics.json ``payload`` of an identify.control.payload_run.PayloadResult."""
     t = res.truth
     out = {"identified": res.identified, "std": res.std,
+           "std_note": PAYLOAD_STD_NOTE, "jackknife_ratio": res.jackknife_ratio,
            "truth": None if t is None else {k: t[k] for k in ("mass_kg", "com_m", "inertia_kgm2")},
            "params_flange": res.params, "params_flange_std": res.params_std,
            "errors": {"mass_percent": res.mass_error_percent, "com_m": res.com_error_m},

@@ -106,6 +106,11 @@ def test_run_and_fit_with_a_payload_section(tmp_path):
     p = json.loads((res.folder / "metrics.json").read_text())["payload"]
     assert abs(p["errors"]["mass_percent"]) <= 2.0 and p["errors"]["com_m"] <= 0.005
     assert p["truth"]["mass_kg"] == 1.5 and p["std"]["mass_kg"] > 0 and p["goal"]["met"]
+    # the std cover the error (they are the block jackknife's where larger: before, the noise
+    # std, sigma^2 (A^T A)^-1 of serially correlated filtered data, put the mass 6 sigma off)
+    z_mass = (p["identified"]["mass_kg"] - 1.5) / p["std"]["mass_kg"]
+    assert abs(z_mass) <= 3.0 and p["jackknife_ratio"] > 1.0, (z_mass, p["jackknife_ratio"])
+    assert "jackknife" in p["std_note"]
     # from the log: arm given by a URDF with the drive file's link friction in <dynamics>
     from identify.model.urdf_export import export_urdf
     from identify.app.inputs import build_model
