@@ -160,8 +160,9 @@ class SlaveChain:
         motion one period with the outputs it brought (both clocks)."""
         if self._pd_pending:
             self._pd_pending = False
-            if self.clock == "sync0":
-                self._t_step += self.cfg.cycle_time_s
+            if self.clock == "sync0":       # (catch_up not called first: start the grid here)
+                self._t_step = (time.monotonic() - self.cfg.cycle_time_s if self._t_step is None
+                                else self._t_step) + self.cfg.cycle_time_s
             self.cycle()
 
     def is_process_data(self, frame) -> bool:
