@@ -253,7 +253,7 @@ def held_sources_document(sources) -> list:
 
 #: what the std of a linear fit are (parameters.yaml, metrics.json "uncertainty")
 STD_SANDWICH = ("HAC sandwich (Parzen kernel): noise std, serial correlation included; no misfit "
-                "flagged (block jackknife / sandwich std ratio not above MISFIT_RATIO)")
+                f"flagged (block jackknife / sandwich std ratio not above {MISFIT_RATIO:g})")
 STD_MISFIT = ("block jackknife where larger than the HAC sandwich: the residual is a model misfit "
               "(the estimates on contiguous blocks disagree beyond the noise); lower bounds")
 
@@ -265,8 +265,8 @@ def uncertainty_document(est) -> dict:
     if ratio is None or not np.isfinite(ratio):
         return {}
     mis = bool(getattr(est, "misfit_", False))
-    return {"uncertainty": {"std": STD_MISFIT if mis else STD_SANDWICH.replace(
-        "MISFIT_RATIO", f"{MISFIT_RATIO:g}"), "jackknife_ratio": float(ratio), "misfit": mis}}
+    return {"uncertainty": {"std": STD_MISFIT if mis else STD_SANDWICH,
+                            "jackknife_ratio": float(ratio), "misfit": mis}}
 
 
 def model_tables(ident: Identification) -> dict:

@@ -85,7 +85,11 @@ def _try_realtime() -> bool:
     try:
         if not _LATENCY_FD:
             fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
-            os.write(fd, (0).to_bytes(4, "little", signed=True))
+            try:
+                os.write(fd, (0).to_bytes(4, "little", signed=True))
+            except OSError:
+                os.close(fd)
+                raise
             _LATENCY_FD.append(fd)
     except OSError:
         pass
