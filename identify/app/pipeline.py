@@ -27,10 +27,12 @@ from identify.excitation.plots import plot_trajectory
 from identify.logs.held import load_held
 from identify.logs.load import gains_from_drives, load_log
 from identify.outputs import layout
+from identify.outputs.plotpool import plot_pool
 from identify.outputs.render import console_summary, trajectory_document
 from identify.outputs.results import Identification, TrajectoryInfo
-from identify.outputs.runfolder import (claim_run_folder, finish_run, plot_limits, write_run,
-                                        write_sampled)
+from identify.outputs.runfolder import (claim_run_folder, finish_run, plot_limits,
+                                       trajectory_plot_jobs, write_run,
+                                       write_sampled)
 from identify.scenario.spec import Scenario, ScenarioError
 
 from .acquisition import preflight, record
@@ -118,33 +120,47 @@ def run_scenario(scn: Scenario, out=None, *, force: bool = False, yes: bool = Fa
         held = (load_held(scn, model.joint_names, model, held_warnings)
                 if scn.trajectories.excitation.held else None)
         trajs = trajectories(scn, model, timings, held)
-        settings = None
-        if scn.backend == "hardware":        # samples stream into the run folder, kept on a stop
-            settings = scn.backend_settings()
-            settings.setdefault("record_dir", str(folder / layout.RECORDINGS))
-        recs = record(scn, trajs, model=model, timings=timings, settings=settings)
-        if settings is not None and settings.get("dry_run"):
-            return _dry_run_result(folder, recs)
-        ident = identify_recordings(scn, model, recs, timings=timings, held=held)
-        ident.warnings[:0] = held_warnings
-        timings["total_before_outputs"] = round(time.perf_counter() - t0, 4)
-        run = run_info(scn, "run", timings)
-        run.messages[:0] = matched_law_messages(recs)
-        for label, (_tr, info) in trajs.items():
-            info.samples = recs[label].n_samples
-            run.trajectories[label] = info
-        return _write_identification(folder, scn, ident, run, t0, trajs=trajs, recs=recs)
+        # plot workers forked after the design (its parallel starts fork themselves) and warmed
+        # while the arm runs and the fit is computed; none beside a hardware run's loop
+        with plot_pool(scn.outputs.plots and scn.backend != "hardware") as pool:
+            if pool is not None:    # one drawer beside the arm's run (one core stays its own)
+                (folder / layout.PLOTS).mkdir(exist_ok=True)
+                pool.send(trajectory_plot_jobs(folder, model, trajs), workers=1)
+            return _run_rest(scn, model, folder, trajs, timings, held, held_warnings, t0, pool)
+
+
+def _run_rest(scn, model, folder, trajs, timings, held, held_warnings, t0, pool) -> "RunResult":
+    """``run`` after the design: the arm runs the trajectories, the fit, the run folder."""
+    settings = None
+    if scn.backend == "hardware":        # samples stream into the run folder, kept on a stop
+        settings = scn.backend_settings()
+        settings.setdefault("record_dir", str(folder / layout.RECORDINGS))
+    recs = record(scn, trajs, model=model, timings=timings, settings=settings)
+    if settings is not None and settings.get("dry_run"):
+        return _dry_run_result(folder, recs)
+    ident = identify_recordings(scn, model, recs, timings=timings, held=held)
+    ident.warnings[:0] = held_warnings
+    timings["total_before_outputs"] = round(time.perf_counter() - t0, 4)
+    run = run_info(scn, "run", timings)
+    run.messages[:0] = matched_law_messages(recs)
+    for label, (_tr, info) in trajs.items():
+        info.samples = recs[label].n_samples
+        run.trajectories[label] = info
+    return _write_identification(folder, scn, ident, run, t0, trajs=trajs, recs=recs,
+                                 plots=pool)
 
 
 def _write_identification(folder: Path, scn: Scenario, ident: Identification, run, t0: float, *,
-                          trajs: dict | None, recs: dict) -> RunResult:
+                          trajs: dict | None, recs: dict, plots=None) -> RunResult:
     """The end of ``run`` and ``fit``: loud warnings, the run folder's documents and exported
     model, the closed loop with that model (a ``closed_loop:`` section), metrics.json and the
     report, the console summary."""
     loud = conditioning_warnings(run.trajectories if trajs else {}, ident)
     run.messages = loud + list(run.messages)
     models = write_run(folder, scn, ident, run, trajs=trajs, recs=recs,
-                       scenario_doc=resolved_scenario(scn, ident))
+                       scenario_doc=resolved_scenario(scn, ident), plots=plots)
+    if plots is not None:
+        plots.close()           # drawn: no worker outlives the plots (the closed loop may fork)
     control = None
     if scn.closed_loop is not None and trajs:       # a fit from logs runs no closed loop
         control = closed_loop_run(folder, scn, ident.model, trajs[scn.closed_loop.trajectory][0],
@@ -182,7 +198,8 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
     gains = None if scn.arm.drives is None else gains_from_drives(scn.arm.drives, model.joint_names)
     size = sum(Path(s.file).stat().st_size for s in specs.values())
     with claim_run_folder(scn, out, force=force, need_bytes=2 * size, command="fit",
-                          inputs={"--log": log, "--validation-log": validation_log}) as folder:
+                          inputs={"--log": log, "--validation-log": validation_log}) as folder, \
+            plot_pool(scn.outputs.plots) as pool:
         warnings: list = []
         with progress.step("reading logs", timings):
             recs = {label: load_log(spec, model.joint_names, gains=gains, model=model,
@@ -208,7 +225,8 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
             samples=rec.n_samples, from_log=True,
             resampled=rec.meta.get("log", {}).get("resampled"))
             for label, rec in recs.items()}
-        return _write_identification(folder, scn, ident, run, t0, trajs=None, recs=recs)
+        return _write_identification(folder, scn, ident, run, t0, trajs=None, recs=recs,
+                                     plots=pool)
 
 
 def trajectories_only(scn: Scenario, out=None, *, force: bool = False,

@@ -29,7 +29,7 @@ from identify.model.urdf_export import export_urdf
 from identify.scenario.spec import Scenario
 from identify.validation import plots as ident_plots
 
-from . import layout
+from . import layout, plotpool
 from .render import control_run_document, metrics_document, model_tables, parameters_document
 from .report import build_report
 from .results import ControlOutcome, Identification, RunInfo, TrajectoryInfo
@@ -285,36 +285,56 @@ def write_sampled(folder: Path, model, trajs: dict | None, messages: list | None
     return out
 
 
-def write_plots(folder: Path, ident: Identification, trajs: dict | None, messages: list
-                ) -> list[str]:
-    """Trajectory plots and identification plots into folder/plots; returns the files written
-    (relative to `folder`), the list the report embeds."""
+def trajectory_plot_jobs(folder: Path, model, trajs: dict | None) -> list:
+    """Plot jobs ``(stem, function, args, kwargs, path)`` of the trajectories (label ->
+    (trajectory, TrajectoryInfo)) into folder/plots: known once the design is done, so a run
+    draws them while the arm runs (identify.outputs.plotpool)."""
     pdir = folder / layout.PLOTS
-    pdir.mkdir(exist_ok=True)
-    names = list(ident.model.joint_names)
+    names = list(model.joint_names)
     jobs = [(f"trajectory_{label}", trajectory_plots.plot_trajectory,
-             (tr, plot_limits(ident.model, info)),
+             (tr, plot_limits(model, info)),
              {"title": f"{label} trajectory", "joint_names": names})
             for label, (tr, info) in (trajs or {}).items()]
     jobs += [(f"trajectory_{label}_clearance", trajectory_plots.plot_clearance, (info.clearance,),
               {"title": f"{label} trajectory: minimum link-pair / obstacle distance"})
              for label, (tr, info) in (trajs or {}).items() if getattr(info, "clearance", None)]
-    for stem, fn, args, kw in jobs + _plot_jobs(ident):
-        try:
-            fn(*args, pdir / f"{stem}.png", **kw)
-        except Exception as exc:  # noqa: BLE001 -- a plot never loses a finished run
-            what = stem.replace("trajectory_", "trajectory plot (", 1) + ")" \
-                if stem.startswith("trajectory_") else f"plot {stem}"
-            messages.append(f"{what} failed: {exc}")
+    return [(stem, fn, args, kw, pdir / f"{stem}.png") for stem, fn, args, kw in jobs]
+
+
+def plot_jobs(folder: Path, ident: Identification, trajs: dict | None) -> list:
+    """Every plot job of the run into folder/plots, the costliest first (plotpool.draw hands
+    them to its drawers in this order): the parameter tables (text on every row), residuals,
+    torques, then the trajectories."""
+    rank = {"param": 0, "residual": 1, "torque": 2}
+    pdir = folder / layout.PLOTS
+    jobs = sorted(_plot_jobs(ident), key=lambda j: rank.get(j[0].split("_")[0], 2))
+    return ([(stem, fn, args, kw, pdir / f"{stem}.png") for stem, fn, args, kw in jobs]
+            + trajectory_plot_jobs(folder, ident.model, trajs))
+
+
+def write_plots(folder: Path, ident: Identification, trajs: dict | None, messages: list,
+                pool=None) -> list[str]:
+    """Trajectory plots and identification plots into folder/plots, drawn by the run's plot
+    workers `pool` (identify.outputs.plotpool; None: in this process; the jobs it was sent
+    before are waited for, not drawn again); returns the files
+    written (relative to `folder`), the list the report embeds. A plot that fails is named in
+    `messages` (a plot never loses a finished run)."""
+    pdir = folder / layout.PLOTS
+    pdir.mkdir(exist_ok=True)
+    for stem, err in plotpool.draw(pool, plot_jobs(folder, ident, trajs)):
+        what = stem.replace("trajectory_", "trajectory plot (", 1) + ")" \
+            if stem.startswith("trajectory_") else f"plot {stem}"
+        messages.append(f"{what} failed: {err}")
     return sorted(f"{layout.PLOTS}/{p.name}" for p in pdir.glob("*.png"))
 
 
 def write_run(folder: Path, scn: Scenario, ident: Identification, run: RunInfo, *,
-              trajs: dict | None, recs: dict | None, scenario_doc: dict) -> dict:
+              trajs: dict | None, recs: dict | None, scenario_doc: dict, plots=None) -> dict:
     """Write every document of a finished identification but metrics.json (that one is
     rendered once, by :func:`finish_run`, when everything the run does is known): the resolved
-    scenario `scenario_doc`, trajectories, recordings, parameters, the exported model, plots.
-    Returns the model tables for the metrics document."""
+    scenario `scenario_doc`, trajectories, recordings, parameters, the exported model, plots
+    (drawn by the plot workers `plots`, identify.outputs.plotpool, when given). Returns the
+    model tables for the metrics document."""
     folder = Path(folder)
     out = scn.outputs
     run.messages = list(ident.warnings) + list(run.messages)
@@ -350,7 +370,7 @@ def write_run(folder: Path, scn: Scenario, ident: Identification, run: RunInfo, 
     run.files["plots"] = []     # the report embeds exactly these (never a previous run's)
     if out.plots:
         t0 = time.perf_counter()
-        run.files["plots"] = write_plots(folder, ident, trajs, run.messages)
+        run.files["plots"] = write_plots(folder, ident, trajs, run.messages, plots)
         run.timings["plots"] = round(time.perf_counter() - t0, 4)
     return models
 
