@@ -3,6 +3,11 @@ import os
 # Small linear-algebra problems run 30x slower with multi-threaded BLAS on a busy 2-core box;
 # set before numpy is first imported.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# the same kernels on every x86-64 machine (identify.common.kernels): the golden runs and the
+# README's figures come out the same on AVX2 and AVX-512 machines
+from identify.common import kernels  # noqa: E402  (imports no numpy)
+
+kernels.pin()
 
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
