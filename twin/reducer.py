@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
+from identify.common.fileio import read_yaml
 
 #: law names (TwinSettings.reducer_friction_law)
 LAWS = ("opposing", "paper", "load_speed", "speed_efficiency")
@@ -95,7 +95,7 @@ LAW_KEYS = {"load_speed": LOAD_SPEED_KEYS, "speed_efficiency": SPEED_EFFICIENCY_
 def read_law_parameters(drives_path) -> dict:
     """The ``reducer_friction_laws`` section of a drive YAML ({} if absent): {law: {key: value}}.
     identify.model.drives reads the per-joint entries; this section is the twin's own."""
-    doc = yaml.safe_load(Path(drives_path).read_text()) or {}
+    doc = read_yaml(Path(drives_path)) or {}
     sec = doc.get("reducer_friction_laws") or {}
     if not isinstance(sec, dict):
         raise ValueError(f"{drives_path}: reducer_friction_laws must be a mapping law -> parameters")

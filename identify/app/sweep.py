@@ -51,7 +51,7 @@ import yaml
 
 from identify.common import interrupts, progress
 from identify.common.errors import InputError
-from identify.common.fileio import hold_folder_lock
+from identify.common.fileio import hold_folder_lock, read_yaml
 from identify.scenario.spec import NOISE_ALIASES, Scenario, twin_label
 
 from .acquisition import record
@@ -215,7 +215,7 @@ def _prepare_folder(scn: Scenario, out) -> Path:
     fp = _fingerprint(scn)
     meta = folder / "sweep.yaml"
     if meta.exists():
-        old = yaml.safe_load(meta.read_text()) or {}
+        old = read_yaml(meta) or {}
         if old.get("fingerprint") != fp:
             raise InputError(f"{folder}: this sweep folder was made with a different scenario "
                              f"(arm, backend settings, trajectories, processing or identification "

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from identify.common.fileio import read_yaml
 from identify.model.robot_model import RobotModel
 
 __all__ = ["JointModel", "from_export", "from_parameters", "cad_model", "shape"]
@@ -120,7 +120,7 @@ def _sidecar(path: Path, names) -> dict | None:
     the file is absent. Errors name the file and the joint."""
     if not path.is_file():
         return None
-    doc = yaml.safe_load(path.read_text())
+    doc = read_yaml(path)
     joints = doc.get("joints") if isinstance(doc, dict) else None
     if not isinstance(joints, dict):
         raise ValueError(f"{path}: no 'joints' mapping")
@@ -183,7 +183,7 @@ def from_export(robot: RobotModel, urdf, sidecar=None, parameters=None) -> Joint
         terms = {k: side[k] for k in ("viscous", "coulomb", "offset", "armature")}
         scale, signal = side["scale"], side["signal"]
     pfile = None if parameters is None else Path(parameters)
-    s2 = _stage2(yaml.safe_load(pfile.read_text()) if pfile is not None and pfile.is_file()
+    s2 = _stage2(read_yaml(pfile) if pfile is not None and pfile.is_file()
                  else {}, names, str(pfile))
     motor_side = s2 is not None and "motor" not in signal
     src = f"{urdf}" + (f" + {Path(sidecar).name}" if side is not None else "") + \

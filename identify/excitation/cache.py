@@ -5,7 +5,7 @@ import hashlib
 import json
 from pathlib import Path
 import numpy as np
-from identify.common.fileio import atomic_write_bytes
+from identify.common.fileio import atomic_write_bytes, read_yaml
 
 from .fourier import FourierTrajectory, to_plain
 from .problem import CACHE_VERSION, ExcitationResult
@@ -65,9 +65,8 @@ def save_cache(path: Path, res: ExcitationResult) -> None:
 def load_cache(path: Path, problem) -> ExcitationResult | None:
     """The result :func:`save_cache` wrote to `path` (its problem: `problem`), or None when the
     file cannot be read as one (an old or damaged cache file is recomputed and overwritten)."""
-    import yaml
     try:
-        d = yaml.safe_load(path.read_text())
+        d = read_yaml(path)
         tr = FourierTrajectory.from_dict(d["trajectory"], where=str(path))
         lim = {k: (np.asarray(v, float) if k != "z_min" else v) for k, v in d["limits_used"].items()}
         return ExcitationResult(

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from identify.common.fileio import atomic_savez, atomic_write_bytes
+from identify.common.fileio import atomic_savez, atomic_write_bytes, read_yaml
 from identify.common.jsonutil import to_jsonable
 
 FORMAT = "twinid-fourier-trajectory"
@@ -258,7 +258,7 @@ class FourierTrajectory:
         if suffix in (".yaml", ".yml"):
             import yaml
             try:
-                d = yaml.safe_load(path.read_text())
+                d = read_yaml(path)
             except yaml.YAMLError as exc:
                 raise ValueError(f"{path}: not valid YAML ({exc})") from exc
         elif suffix == ".npz":

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from identify.common.fileio import parse_yaml
 from .spatial import params_from_inertial, rot_x, rot_z, transform
 from .urdf import Chain, write_urdf
 
@@ -130,7 +130,7 @@ def load_description(path: str | os.PathLike = REFERENCE_DESCRIPTION) -> ArmDesc
     if not path.exists():
         raise FileNotFoundError(f"arm description not found: {path}")
     with open(path) as fh:
-        doc = yaml.safe_load(fh)
+        doc = parse_yaml(fh.read())
     where = str(path)
     mdh = _get(doc, "mdh", where)
     links = _get(doc, "links", where)

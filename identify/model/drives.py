@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from identify.common.fileio import read_yaml
 
 __all__ = ["DRIVE_KEYS", "JointDrive", "Drives", "DriveFileError", "OverrideError",
            "load_drives", "read_drive_file", "check_overrides"]
@@ -134,7 +135,7 @@ def read_drive_file(path) -> dict[str, dict]:
     if not path.is_file():
         raise FileNotFoundError(f"drive parameter file not found: {path}")
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = read_yaml(path)
     except yaml.YAMLError as exc:
         raise DriveFileError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("joints"), list):

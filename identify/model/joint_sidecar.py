@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
+from identify.common.fileio import read_yaml
 
 __all__ = ["JointTerms", "write_sidecar", "read_sidecar", "predict_torque", "FORMULA", "SHAPES"]
 
@@ -135,7 +135,7 @@ def read_sidecar(path: str | os.PathLike, joint_names=None) -> JointTerms:
     """Read ``identified_joints.yaml`` (in `joint_names` order when given). Errors name the file
     and the joint / key."""
     path = Path(path)
-    doc = yaml.safe_load(path.read_text())
+    doc = read_yaml(path)
     joints = doc.get("joints") if isinstance(doc, dict) else None
     if not isinstance(joints, dict) or not joints:
         raise ValueError(f"{path}: no 'joints' mapping")

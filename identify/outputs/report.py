@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from identify.common.fileio import atomic_write_text
+from identify.common.fileio import atomic_write_text, read_yaml
 from identify.common.figures import caption as _caption
 
 from .markup import render_html, render_markdown
@@ -81,10 +81,10 @@ def _load(folder: Path):
         raise ValueError(f"{metrics_p}: not valid JSON ({exc})") from None
     params = {}
     if (folder / "parameters.yaml").is_file():
-        params = yaml.safe_load((folder / "parameters.yaml").read_text()) or {}
+        params = read_yaml((folder / "parameters.yaml")) or {}
     scenario = {}
     if (folder / "scenario.yaml").is_file():
-        scenario = yaml.safe_load((folder / "scenario.yaml").read_text()) or {}
+        scenario = read_yaml((folder / "scenario.yaml")) or {}
     return metrics, params, scenario
 
 
@@ -561,7 +561,7 @@ def _trajectory_blocks(folder: Path) -> list[tuple]:
     """Report of a trajectory folder (``twinid trajectory``): what it is, cond(W) and the
     limits used per trajectory, and the plots."""
     try:
-        doc = yaml.safe_load((folder / "trajectories.yaml").read_text()) or {}
+        doc = read_yaml((folder / "trajectories.yaml")) or {}
     except yaml.YAMLError as exc:
         raise ValueError(f"{folder / 'trajectories.yaml'}: not valid YAML ({exc})") from None
     B: list[tuple] = [("h", 1, f"twinid trajectories: {doc.get('name', folder.name)}")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-import yaml
+from identify.common.fileio import read_yaml
 from identify.backend.interface import SETTINGS, settings_class
 from identify.estimation.processing import ProcessingSettings
 from identify.model.payload import payload_problem
@@ -56,7 +56,7 @@ def _drive_joint_count(scn: Scenario, ctx: CheckContext) -> int | None:
     if scn.arm.drives is None:
         return None
     try:
-        data = yaml.safe_load(scn.arm.drives.read_text())
+        data = read_yaml(scn.arm.drives)
         return len(data["joints"])
     except Exception as exc:
         raise ctx.error(("arm", "drives"), f"cannot read the drive file {scn.arm.drives}: {exc}")
@@ -168,7 +168,7 @@ def _check_files_match_urdf(scn: Scenario, ctx: CheckContext) -> None:
         files.append((("arm", "drives"), scn.arm.drives, names))
     if scn.arm.description is not None:
         try:
-            doc = yaml.safe_load(scn.arm.description.read_text())
+            doc = read_yaml(scn.arm.description)
             names = [str(r["joint"]) for r in doc["mdh"]]
         except Exception as exc:  # noqa: BLE001 -- any unreadable description
             raise ctx.error(("arm", "description"), f"cannot read the arm description "
