@@ -10,6 +10,7 @@ and W2 the dependent columns, W2 = W1 beta, so
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,9 +104,61 @@ def random_states(model, n_samples: int, rng: np.random.Generator):
     return q, qd, qdd
 
 
+#: base-parameter maps computed in this process, by :func:`_key`
+_MEMO: dict[str, "BaseParameters"] = {}
+#: layout version of the files in the base-parameter cache folder
+_CACHE_VERSION = 1
+
+
+def _key(model, terms, n_samples, seed, rank_tol, coulomb_eps) -> str:
+    """What the map depends on: the kinematics (joint placements, axes, gravity), the joint
+    ranges the random states span, the names, the terms and the call's settings -- not the
+    inertial parameters."""
+    h = hashlib.sha256()
+    for a in (model.placements, model.axes, model.gravity, model.limits.q_min,
+              model.limits.q_max):
+        h.update(np.ascontiguousarray(a, dtype=float).tobytes())
+    h.update(repr((_CACHE_VERSION, tuple(model.joint_names), tuple(model.link_names),
+                   tuple(terms), n_samples, int(seed), float(rank_tol),
+                   float(coulomb_eps))).encode())
+    return h.hexdigest()[:24]
+
+
+def _load_cached(path, terms, rank_tol) -> "BaseParameters | None":
+    """A map written by :func:`_save_cached`, or None when it cannot be read as one."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            bp = BaseParameters(
+                full_names=tuple(str(x) for x in z["full_names"]), terms=tuple(terms),
+                independent=z["independent"].astype(int), dependent=z["dependent"].astype(int),
+                beta=z["beta"].astype(float), E=z["E"].astype(float),
+                names=tuple(str(x) for x in z["names"]), rank_tol=float(rank_tol))
+    except Exception:  # noqa: BLE001 -- a damaged or old file is recomputed and rewritten
+        return None
+    p, b = len(bp.full_names), len(bp.independent)
+    ok = (bp.E.shape == (b, p) and bp.beta.shape == (b, p - b) and len(bp.names) == b
+          and np.array_equal(np.sort(np.r_[bp.independent, bp.dependent]), np.arange(p)))
+    return bp if ok else None
+
+
+def _save_cached(path, bp: "BaseParameters") -> None:
+    from identify.common.fileio import atomic_savez
+    try:
+        atomic_savez(path, {"full_names": np.array(bp.full_names), "names": np.array(bp.names),
+                            "independent": bp.independent, "dependent": bp.dependent,
+                            "beta": bp.beta, "E": bp.E})
+    except OSError:
+        pass        # a cache that cannot be written costs time, never the result
+
+
 def compute_base_parameters(model, terms=(), n_samples: int | None = None, seed: int = 0,
                             rank_tol: float = 1e-8, coulomb_eps: float = 0.0) -> BaseParameters:
     """Base parameters of `model` with extra joint `terms` (see identify.model.friction).
+
+    The map depends only on the kinematics, the joint ranges and the arguments: it is computed
+    once per machine and kept in this process and in the cache folder
+    (``cache_root()/base_params``, like the compiled regressor); a cached file is checked
+    before use and recomputed when it does not fit.
 
     Args:
         model: RobotModel.
@@ -115,6 +168,23 @@ def compute_base_parameters(model, terms=(), n_samples: int | None = None, seed:
         rank_tol: a diagonal entry of R below rank_tol * |R[0, 0]| counts as zero.
     """
     terms = check_terms(terms)
+    key = _key(model, terms, n_samples, seed, rank_tol, coulomb_eps)
+    if key in _MEMO:
+        return _MEMO[key]
+    from identify.common.fileio import usable_cache
+    folder = usable_cache("base_params", "base parameters are recomputed on every run")
+    path = None if folder is None else folder / f"{key}.npz"
+    bp = None if path is None or not path.is_file() else _load_cached(path, terms, rank_tol)
+    if bp is None:
+        bp = _compute(model, terms, n_samples, seed, rank_tol, coulomb_eps)
+        if path is not None:
+            _save_cached(path, bp)
+    _MEMO[key] = bp
+    return bp
+
+
+def _compute(model, terms, n_samples, seed, rank_tol, coulomb_eps) -> BaseParameters:
+    """:func:`compute_base_parameters` from scratch (Gautier's QR over random states)."""
     rng = np.random.default_rng(seed)
     names = full_parameter_names(model, terms)
     p = len(names)
