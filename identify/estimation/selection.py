@@ -5,6 +5,7 @@ of the best), and :class:`SelectedModel`, the simplified model with the chosen t
 docs/friction-terms.md."""
 from __future__ import annotations
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from identify.common.estimator import EstimatorMixin, check_is_fitted
@@ -51,17 +52,23 @@ class CandidateScore:
     cv_rms: float
     fold_mse: np.ndarray
 
-    @property
+    @cached_property
+    def log_fold_mse(self) -> np.ndarray:
+        """(K,) log of the per-fold MSE (floored at 1e-300), computed once: the stepwise search
+        compares each candidate thousands of times."""
+        return np.log(np.maximum(self.fold_mse, 1e-300))
+
+    @cached_property
     def mse(self) -> float:
         """The comparison score: mean over the folds of log(MSE) (one fold whose rigid body
         extrapolates badly does not decide it, as it would the arithmetic mean)."""
-        return float(np.mean(np.log(np.maximum(self.fold_mse, 1e-300))))
+        return float(np.mean(self.log_fold_mse))
 
     def log_ratio(self, other: "CandidateScore") -> tuple[float, float]:
         """Mean over the folds of log(MSE_self / MSE_other) and its standard error: the
         fold-paired relative difference (scale-free, so a large gain is not hidden by the folds'
         different MSE levels)."""
-        r = np.log(np.maximum(self.fold_mse, 1e-300) / np.maximum(other.fold_mse, 1e-300))
+        r = self.log_fold_mse - other.log_fold_mse
         se = float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else 0.0
         return float(r.mean()), se
 
@@ -201,22 +208,34 @@ class _CV:
         return self.fold_mse_many(red, j, [cols])[:, 0]
 
     def fold_mse_many(self, red, j: int, many) -> np.ndarray:
-        """(K, C) validation MSE of joint j for C candidate column lists of one length (the
-        K x C training systems solved as one stacked solve)."""
+        """(K, C) validation MSE of joint j for C candidate column lists (the K x C training
+        systems solved as one stacked solve). Shorter lists are padded at the end with
+        decoupled unit rows (zero right side, zero validation block): their coefficients come
+        out exactly 0 and the other unknowns as in the list's own system."""
         pb = self.pb
-        loc = np.array([np.r_[np.arange(pb), pb + np.asarray(c, int)] for c in many], int)
-        L = loc.shape[1]
+        lens = [len(c) for c in many]
+        L = pb + max(lens)
+        loc = np.zeros((len(many), L), int)
+        valid = np.zeros((len(many), L), bool)
+        for i, c in enumerate(many):
+            loc[i, :pb + lens[i]] = np.r_[np.arange(pb), pb + np.asarray(c, int)]
+            valid[i, :pb + lens[i]] = True
         ia, ib = loc[:, :, None], loc[:, None, :]
-        A = self.w[j] * self.Gtr[:, j][:, ia, ib]                 # (K, C, L, L)
-        rhs = self.w[j] * self.btr[:, j][:, loc]                  # (K, C, L)
+        both = valid[:, :, None] & valid[:, None, :]
+        A = self.w[j] * self.Gtr[:, j][:, ia, ib] * both                 # (K, C, L, L)
+        rhs = self.w[j] * self.btr[:, j][:, loc] * valid                 # (K, C, L)
         A[:, :, :pb, :pb] += red[0][:, None]
         rhs[:, :, :pb] += red[1][:, None]
+        pad = ~valid
+        if pad.any():
+            ci, li = np.nonzero(pad)
+            A[:, ci, li, li] = 1.0
         dg = np.sqrt(np.maximum(np.einsum("kcii->kci", A), 1e-300))
         As = A / dg[..., :, None] / dg[..., None, :]
         As[..., np.arange(L), np.arange(L)] += 1e-10
         p = np.linalg.solve(As, (rhs / dg)[..., None])[..., 0] / dg
-        e = (self.yy[:, j][:, None] - 2 * np.einsum("kci,kci->kc", p, self.b[:, j][:, loc])
-             + np.einsum("kci,kcij,kcj->kc", p, self.G[:, j][:, ia, ib], p))
+        e = (self.yy[:, j][:, None] - 2 * np.einsum("kci,kci->kc", p, self.b[:, j][:, loc] * valid)
+             + np.einsum("kci,kcij,kcj->kc", p, self.G[:, j][:, ia, ib] * both, p))
         return np.maximum(e, 0.0) / np.maximum(self.cnt[:, j], 1.0)[:, None]
 
     def fit(self, sets):
@@ -252,20 +271,21 @@ class _Joint:
         return self.memo[key]
 
     def many(self, sets) -> None:
-        """Score every set of `sets` not scored yet, those of one column count in one solve."""
-        todo: dict = {}
+        """Score every set of `sets` not scored yet, in one stacked solve."""
+        group: dict = {}
         for entries in sets:
             key = tuple(sorted(entries))
             if key not in self.memo:
-                todo.setdefault(len(self.cols(key)), {})[key] = list(entries)
-        for group in todo.values():
-            keys = list(group)
-            mse = self.cv.fold_mse_many(self.red, self.j, [self.cols(k) for k in keys])
-            for i, k in enumerate(keys):
-                m = mse[:, i]
-                self.memo[k] = CandidateScore(
-                    tuple(self.pool[e][1].label for e in group[k]), len(self.cols(k)),
-                    float(np.sqrt(np.exp(np.mean(np.log(np.maximum(m, 1e-300)))))), m)
+                group[key] = list(entries)
+        if not group:
+            return
+        keys = list(group)
+        mse = self.cv.fold_mse_many(self.red, self.j, [self.cols(k) for k in keys])
+        for i, k in enumerate(keys):
+            m = mse[:, i]
+            self.memo[k] = CandidateScore(
+                tuple(self.pool[e][1].label for e in group[k]), len(self.cols(k)),
+                float(np.sqrt(np.exp(np.mean(np.log(np.maximum(m, 1e-300)))))), m)
 
 
 #: a move must lower the fold-paired log CV MSE by this many of its standard errors and by at
