@@ -31,7 +31,7 @@ from identify.outputs.plotpool import plot_pool
 from identify.outputs.render import console_summary, trajectory_document
 from identify.outputs.results import Identification, TrajectoryInfo
 from identify.outputs.runfolder import (claim_run_folder, finish_run, plot_limits,
-                                       trajectory_plot_jobs, write_run,
+                                       sampled_job, trajectory_plot_jobs, write_run,
                                        write_sampled)
 from identify.scenario.spec import Scenario, ScenarioError
 
@@ -125,7 +125,8 @@ def run_scenario(scn: Scenario, out=None, *, force: bool = False, yes: bool = Fa
         with plot_pool(scn.outputs.plots and scn.backend != "hardware") as pool:
             if pool is not None:    # one drawer beside the arm's run (one core stays its own)
                 (folder / layout.PLOTS).mkdir(exist_ok=True)
-                pool.send(trajectory_plot_jobs(folder, model, trajs), workers=1)
+                pool.send([sampled_job(folder, model, trajs)]
+                          + trajectory_plot_jobs(folder, model, trajs), workers=1)
             return _run_rest(scn, model, folder, trajs, timings, held, held_warnings, t0, pool)
 
 

@@ -12,7 +12,8 @@ matplotlib while this process reads and fits (on another core). When the plots' 
         failures = draw(pool, jobs)     # [(stem, error text)]; in this process without a pool
 
 A job is ``(stem, function, args, kwargs, path)``: ``function(*args, path, **kwargs)`` writes one
-PNG (a module-level function: jobs travel pickled). Where no server can start (not Linux, a
+PNG (or another output: what it returns is kept in :attr:`PlotPool.results`); a module-level
+function, since jobs travel pickled. Where no server can start (not Linux, a
 daemonic process such as a sweep's worker, other threads alive:
 :func:`identify.excitation.workers.start_workers`), the server died, or a job's data cannot be
 pickled, that job is drawn in this process: the same files, only slower. The server and its
@@ -30,14 +31,24 @@ from identify.common import interrupts
 MAX_WORKERS = 2
 
 
-def _draw_one(blob: bytes) -> str:
-    """Draw one pickled job in a drawer; '' on success, else the error text."""
-    stem, fn, args, kwargs, path = pickle.loads(blob)
+def _run_job(job) -> tuple[str, object]:
+    """Run one job: ('', what the function returned) or (error text, None)."""
+    stem, fn, args, kwargs, path = job
     try:
-        fn(*args, path, **kwargs)
+        return "", fn(*args, path, **kwargs)
     except Exception as exc:  # noqa: BLE001 -- reported by the caller, never raised there
-        return f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
-    return ""
+        return (str(exc) or type(exc).__name__), None
+
+
+def _draw_one(blob: bytes) -> tuple[str, object]:
+    """:func:`_run_job` of one pickled job, in a drawer (a result that cannot travel back is
+    dropped: the files are written)."""
+    err, out = _run_job(pickle.loads(blob))
+    try:
+        pickle.dumps(out)
+    except Exception:  # noqa: BLE001
+        out = None
+    return err, out
 
 
 def _warm_up() -> None:
@@ -92,6 +103,7 @@ class PlotPool:
         self._pending: list[list] = []      # the jobs of each batch sent, not yet answered
         self._local: list = []              # jobs this process draws (not picklable, no server)
         self.sent: set[str] = set()         # stems of every job handed over so far
+        self.results: dict[str, object] = {}    # stem -> what its function returned
 
     @property
     def alive(self) -> bool:
@@ -131,9 +143,13 @@ class PlotPool:
                 self._pending = []
                 break
             self._pending.pop(0)
-            failures += [(job[0], err) for job, err in zip(batch, errors) if err]
+            for job, (err, out) in zip(batch, errors):
+                if err:
+                    failures.append((job[0], err))
+                else:
+                    self.results[job[0]] = out
         local, self._local = self._local, []
-        return failures + _draw_here(local)
+        return failures + _draw_here(local, self.results)
 
     def _receive(self) -> list[str] | None:
         try:
@@ -162,13 +178,16 @@ class PlotPool:
             self._conn.close()
 
 
-def _draw_here(jobs: list) -> list[tuple[str, str]]:
+def _draw_here(jobs: list, results: dict | None = None) -> list[tuple[str, str]]:
+    """Run `jobs` in this process; (stem, error text) of those that failed, the others'
+    return values into `results`."""
     failures = []
-    for stem, fn, args, kwargs, path in jobs:
-        try:
-            fn(*args, path, **kwargs)
-        except Exception as exc:  # noqa: BLE001 -- a plot never loses a finished run
-            failures.append((stem, str(exc)))
+    for job in jobs:
+        err, out = _run_job(job)
+        if err:
+            failures.append((job[0], err))
+        elif results is not None:
+            results[job[0]] = out
     return failures
 
 

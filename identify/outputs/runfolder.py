@@ -285,6 +285,24 @@ def write_sampled(folder: Path, model, trajs: dict | None, messages: list | None
     return out
 
 
+#: stem of the sampled-trajectory job (identify.outputs.plotpool)
+SAMPLED_JOB = "sampled"
+
+
+def _sampled_job(folder: Path, model, trajs: dict, _path=None) -> tuple[list, float]:
+    """:func:`write_sampled` as an output job: (its messages, seconds taken)."""
+    t0 = time.perf_counter()
+    messages: list = []
+    write_sampled(folder, model, trajs, messages)
+    return messages, round(time.perf_counter() - t0, 4)
+
+
+def sampled_job(folder: Path, model, trajs: dict) -> tuple:
+    """The job writing the trajectories' sampled forms (identify.outputs.plotpool): known
+    once the design is done, so a run writes them while the arm runs."""
+    return (SAMPLED_JOB, _sampled_job, (folder, model, trajs), {}, None)
+
+
 def trajectory_plot_jobs(folder: Path, model, trajs: dict | None) -> list:
     """Plot jobs ``(stem, function, args, kwargs, path)`` of the trajectories (label ->
     (trajectory, TrajectoryInfo)) into folder/plots: known once the design is done, so a run
@@ -342,9 +360,9 @@ def write_run(folder: Path, scn: Scenario, ident: Identification, run: RunInfo, 
     if trajs:
         for label, (tr, _info) in trajs.items():
             tr.save(layout.trajectory(folder, label))
-        t0 = time.perf_counter()    # (not listed in metrics.json: the golden documents stay)
-        write_sampled(folder, ident.model, trajs, run.messages)
-        run.timings["sampled"] = round(time.perf_counter() - t0, 4)
+        if plots is None or SAMPLED_JOB not in plots.sent:     # else written meanwhile
+            msgs, run.timings["sampled"] = _sampled_job(folder, ident.model, trajs)
+            run.messages += msgs
     if recs and out.save_recordings:
         for label, rec in recs.items():
             rec.save(layout.recording(folder, label))
@@ -372,6 +390,13 @@ def write_run(folder: Path, scn: Scenario, ident: Identification, run: RunInfo, 
         t0 = time.perf_counter()
         run.files["plots"] = write_plots(folder, ident, trajs, run.messages, plots)
         run.timings["plots"] = round(time.perf_counter() - t0, 4)
+    if trajs and plots is not None and SAMPLED_JOB in plots.sent:
+        plots.finish()       # (the plots waited for it already; without plots: here)
+        done = plots.results.get(SAMPLED_JOB)
+        if done is None:     # it failed in the worker: again here, where errors are named
+            done = _sampled_job(folder, ident.model, trajs)
+        run.messages += done[0]
+        run.timings["sampled"] = done[1]
     return models
 
 

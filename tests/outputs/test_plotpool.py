@@ -120,3 +120,16 @@ def test_the_server_dies_with_its_parent(tmp_path):
             pytest.fail("the plot server outlived its parent")
     finally:
         proc.kill()
+
+
+def _answer(x, path):
+    """An output job returning a value."""
+    return {"x": x, "pid": os.getpid()}
+
+
+def test_what_a_job_returns_is_kept_from_the_server_and_from_here(tmp_path):
+    with plotpool.plot_pool(workers=2) as pool:
+        pool.send([("a", _answer, (1,), {}, None)], workers=1)
+        assert plotpool.draw(pool, [("b", lambda path: 2, (), {}, None)]) == []
+        assert pool.results["a"]["x"] == 1 and pool.results["a"]["pid"] != os.getpid()
+        assert pool.results["b"] == 2                  # drawn here (a lambda cannot travel)
