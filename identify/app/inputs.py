@@ -21,7 +21,7 @@ from identify.outputs.results import RunInfo
 from identify.scenario.spec import LogSpec, Scenario, ScenarioError
 
 __all__ = ["build_model", "require_backend_files", "check_budget", "run_info", "log_specs",
-           "log_processing", "resolved_scenario"]
+           "log_processing", "rate_defaults", "resolved_scenario"]
 
 
 def build_model(scn: Scenario) -> RobotModel:
@@ -115,13 +115,24 @@ def log_processing(scn: Scenario, recs: dict) -> Scenario:
     if "velocity" not in proc:
         proc["velocity"] = "log" if all(r.qd is not None for r in recs.values()) \
             else "differentiate"
-    fc = proc.get("butter_cutoff_hz", ProcessingSettings.butter_cutoff_hz)
+    if proc.get("butter_cutoff_hz", ProcessingSettings.butter_cutoff_hz) == "auto":
+        return dataclasses.replace(scn, processing=proc)     # after the choice: rate_defaults
     rate = min(float(r.rate_hz) for r in recs.values())
+    return dataclasses.replace(scn, processing=rate_defaults(proc, rate))
+
+
+def rate_defaults(proc: dict, rate: float) -> dict:
+    """`proc` with the rate-dependent defaults of :func:`log_processing` (``decimate``,
+    ``smooth_passes``) filled for its numeric cutoff at `rate` [Hz] (a copy; keys given are
+    kept). ``butter_cutoff_hz: auto`` resolves its cutoff first and then calls this."""
+    from identify.estimation.processing import ProcessingSettings
+    proc = dict(proc)
+    fc = proc.get("butter_cutoff_hz", ProcessingSettings.butter_cutoff_hz)
     if "decimate" not in proc and fc and "resample_hz" not in proc and rate > 20.0 * fc:
         proc["decimate"] = max(1, int(rate // (5.0 * float(fc))))
     if "smooth_passes" not in proc and fc and "resample_hz" not in proc and rate >= 50.0 * fc:
         proc["smooth_passes"] = 0
-    return dataclasses.replace(scn, processing=proc)
+    return proc
 
 
 def resolved_scenario(scn: Scenario, ident=None) -> dict:

@@ -127,7 +127,7 @@ class ProcessingSettings:
     smooth_torques: bool = True
     velocity: str = "encoder"
     butter_order: int = 4
-    butter_cutoff_hz: float | None = 10.0
+    butter_cutoff_hz: object = 10.0          # [Hz], None or "auto"
     trim_s: float | None = None
     average_periods: int | None = None
     period_s: float | None = None
