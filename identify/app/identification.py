@@ -27,6 +27,7 @@ from identify.validation.parameter_errors import (inertial_base_truth, stage2_er
                                                   true_base_parameters)
 from identify.validation.validate import validate
 
+from .inputs import resolve_cutoff
 from .prior import prior_parameters
 from identify.outputs.results import (Export, Fits, Headline, Identification, ModelValidation,
                                      NoiseFloor, Prior, RmsFigure, TruthComparison)
@@ -64,38 +65,6 @@ def alias_signal(processed: dict, signal: str) -> None:
             x = getattr(d, extra, None)
             if isinstance(x, dict) and "tau_j" in x:
                 x["tau_m"] = x["tau_j"]
-
-
-def resolve_cutoff(scn: Scenario, model, recs: dict, base, signal: str,
-                   timings: dict | None = None) -> tuple[Scenario, object]:
-    """``processing.butter_cutoff_hz: auto``: the scenario with the cutoff chosen by blocked
-    cross-validation on the EXCITATION recording only
-    (:func:`identify.estimation.bandwidth.select_cutoff`: each candidate's fixed-term fit scored
-    against the raw torque of held-out contiguous segments), and the
-    :class:`~identify.estimation.bandwidth.CutoffSelection` (None and `scn` unchanged for a
-    numeric cutoff). With auto the smoothing defaults to none (``smooth_passes: 0``; the data
-    choose the bandwidth -- the paper's smoothing x20 would cap it at ~12 Hz at 100 Hz); an
-    explicit ``smooth_passes`` is kept for every candidate. Scored channel: the joint torque when
-    the improved model is fitted or it is the only signal (stage 1), else the motor torque."""
-    import dataclasses
-    from identify.estimation.bandwidth import select_cutoff
-    proc = dict(scn.processing or {})
-    if proc.get("butter_cutoff_hz") != "auto":
-        return scn, None
-    proc.setdefault("smooth_passes", 0)
-    ps = ProcessingSettings.from_dict(proc)
-    rec = recs["excitation"]
-    ident = scn.identification
-    channel = "tau_j" if rec.tau_j is not None and (
-        signal == "tau_j" or ident.joint_model in ("improved", "both")) else "tau_m"
-    terms, eps = tuple(ident.friction_terms), coulomb_eps(scn)
-    with progress.step("processing bandwidth (butter_cutoff_hz: auto)", timings):
-        sel = select_cutoff(rec, ps, lambda d: design_from(model, base, d, terms=terms,
-                                                           coulomb_eps=eps)[0],
-                            signal=channel, joint_names=list(model.joint_names))
-    progress.message(f"butter_cutoff_hz: auto -> {sel.chosen_hz:.3g} Hz ({sel.why})")
-    proc["butter_cutoff_hz"] = float(sel.chosen_hz)
-    return dataclasses.replace(scn, processing=proc), sel
 
 
 def process_recordings(scn: Scenario, model, recs: dict, timings: dict | None = None,
@@ -691,12 +660,7 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     if base is None or tuple(getattr(base, "terms", terms)) != terms:
         base = compute_base_parameters(model, terms=terms, seed=0)
     warnings: list = []
-    scn, cutoff = resolve_cutoff(scn, model, recs, base, signal, timings)
-    if cutoff is not None and from_logs:     # the logs' rate-dependent defaults, now it is known
-        import dataclasses
-        from .inputs import rate_defaults
-        rate = min(float(r.rate_hz) for r in recs.values())
-        scn = dataclasses.replace(scn, processing=rate_defaults(scn.processing, rate))
+    scn, cutoff = resolve_cutoff(scn, model, recs, base, signal, timings, from_logs=from_logs)
     processed = process_recordings(scn, model, recs, timings, base=base)
     alias_signal(processed, signal)
     if held is None and scn.trajectories.excitation.held:

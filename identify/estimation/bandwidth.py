@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .selection import CandidateScore, _grams, _significant, _solve
+from .selection import CandidateScore, fold_grams, significant, solve_psd
 
 #: fraction of the positions' power below the trajectory's bandwidth
 BAND_FRACTION = 0.999
@@ -126,15 +126,15 @@ def _fold_mse(W: np.ndarray, y_fit: np.ndarray, fit_mask: np.ndarray, y_raw: np.
     held-out one. Weights 1/sigma_j^2 from the all-sample least-squares residual of each joint."""
     N, n, P = W.shape
     C = np.zeros((N, n, 0))
-    G, b, yy, cnt = _grams(W, C, y_fit, fit_mask, folds)            # training side
-    Gv, bv, yyv, cntv = _grams(W, C, y_raw, val_mask, folds)        # held-out side, raw torque
+    G, b, yy, cnt = fold_grams(W, C, y_fit, fit_mask, folds)        # training side
+    Gv, bv, yyv, cntv = fold_grams(W, C, y_raw, val_mask, folds)    # held-out side, raw torque
     Gt, bt, yyt, ct = G.sum(0), b.sum(0), yy.sum(0), cnt.sum(0)
-    p0 = _solve(Gt.sum(0), bt.sum(0))
+    p0 = solve_psd(Gt.sum(0), bt.sum(0))
     sse = yyt - 2 * bt @ p0 + np.einsum("i,jik,k->j", p0, Gt, p0)
     w = 1.0 / np.maximum(sse / np.maximum(ct, 1.0), 1e-30)         # (n,)
     A = np.einsum("j,jab->ab", w, Gt)[None] - np.einsum("j,kjab->kab", w, G)
     r = (w @ bt)[None] - np.einsum("j,kja->ka", w, b)
-    p = np.stack([_solve(A[k], r[k]) for k in range(folds)])         # (K, P)
+    p = np.stack([solve_psd(A[k], r[k]) for k in range(folds)])         # (K, P)
     e = yyv - 2 * np.einsum("kja,ka->kj", bv, p) + np.einsum("ka,kjab,kb->kj", p, Gv, p)
     return np.maximum(e, 0.0) / np.maximum(cntv, 1.0)
 
@@ -222,7 +222,7 @@ def _choose(out: list, names: list, signal: str, folds: int, band: float,
     best = min(out, key=lambda c: c.overall.mse)
     chosen = best
     if rule == "one_se":
-        chosen = next(c for c in out if not _significant(best.overall, c.overall, 1.0, 0.0))
+        chosen = next(c for c in out if not significant(best.overall, c.overall, 1.0, 0.0))
     jb = [min(out, key=lambda c, j=j: c.joints[j].mse).cutoff_hz for j in range(len(names))]
     why = (f"{'lowest CV score' if chosen is best else 'lowest cutoff within one SE of the best'}"
            f" of {len(out)} candidates {out[0].cutoff_hz:.3g}-{out[-1].cutoff_hz:.3g} Hz (CV RMS "

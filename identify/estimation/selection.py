@@ -561,3 +561,10 @@ class SelectedModel(EstimatorMixin):
         d = processed
         W = self.design(d)
         return self.predict(d, W, filtered=False) - W @ self.params_[:self.selection_.n_base]
+
+
+#: the CV machinery shared with the processing-bandwidth selection (identify.estimation.bandwidth):
+#: per-fold Gram blocks of contiguous segments, the Jacobi-scaled PSD solve, the significance test
+fold_grams = _grams
+solve_psd = _solve
+significant = _significant
