@@ -27,6 +27,7 @@ from identify.validation.parameter_errors import (inertial_base_truth, stage2_er
                                                   true_base_parameters)
 from identify.validation.validate import validate
 
+from .inputs import resolve_cutoff
 from .prior import prior_parameters
 from identify.outputs.results import (Export, Fits, Headline, Identification, ModelValidation,
                                      NoiseFloor, Prior, RmsFigure, TruthComparison)
@@ -659,6 +660,7 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
     if base is None or tuple(getattr(base, "terms", terms)) != terms:
         base = compute_base_parameters(model, terms=terms, seed=0)
     warnings: list = []
+    scn, cutoff = resolve_cutoff(scn, model, recs, base, signal, timings, from_logs=from_logs)
     processed = process_recordings(scn, model, recs, timings, base=base)
     alias_signal(processed, signal)
     if held is None and scn.trajectories.excitation.held:
@@ -682,4 +684,4 @@ def identify_recordings(scn: Scenario, model, recs: dict, *, base=None, want_tru
                           truth=truth, validation=validation, export=export, prior=prior,
                           warnings=warnings, delays=delays, signal=signal,
                           spec=scn.identification, from_logs=from_logs, held=used,
-                          headline=headline)
+                          headline=headline, cutoff=cutoff)

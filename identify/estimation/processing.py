@@ -48,6 +48,7 @@ The code never looks at ``recording.truth`` and does not know which backend made
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -57,6 +58,8 @@ from . import signal as sig
 from identify.backend.recording import Recording
 
 _VELOCITY_SOURCES = ("encoder", "command", "log", "differentiate")
+#: the cutoff [Hz] `process` uses for butter_cutoff_hz "auto" when the caller did not resolve it
+AUTO_FALLBACK_HZ = 10.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,11 @@ class ProcessingSettings:
         butter_cutoff_hz: low-pass cutoff [Hz] (default 10 Hz: the paper's 5-harmonic, 0.05 Hz
             Fourier excitation stays far below it, encoder/torque noise and drive-compliance
             oscillations (~40 Hz in the twin) are removed). None disables the low-pass.
+            "auto": chosen by the data -- resolved by the caller
+            (identify.app.identification.resolve_cutoff, blocked cross-validation on the
+            excitation recording against the raw torque,
+            :func:`identify.estimation.bandwidth.select_cutoff`); `process` itself, given
+            "auto", uses :data:`AUTO_FALLBACK_HZ` and says so in its steps.
         trim_s: time [s] dropped at both ends against filter transients; None -> automatic,
             2 / butter_cutoff_hz (0.2 s at 10 Hz; 0 without the low-pass). Ignored after period
             averaging (periodic filtering has no edges).
@@ -119,7 +127,7 @@ class ProcessingSettings:
     smooth_torques: bool = True
     velocity: str = "encoder"
     butter_order: int = 4
-    butter_cutoff_hz: float | None = 10.0
+    butter_cutoff_hz: object = 10.0          # [Hz], None or "auto"
     trim_s: float | None = None
     average_periods: int | None = None
     period_s: float | None = None
@@ -152,8 +160,10 @@ class ProcessingSettings:
         if int(self.butter_order) != self.butter_order or self.butter_order < 1:
             raise ValueError(f"ProcessingSettings.butter_order must be an integer >= 1, "
                              f"got {self.butter_order!r}")
-        if self.butter_cutoff_hz is not None and not self.butter_cutoff_hz > 0:
-            raise ValueError(f"ProcessingSettings.butter_cutoff_hz must be > 0 or None, "
+        fc = self.butter_cutoff_hz
+        if fc is not None and fc != "auto" and not (isinstance(fc, (int, float))
+                                                    and not isinstance(fc, bool) and fc > 0):
+            raise ValueError(f"ProcessingSettings.butter_cutoff_hz must be > 0, 'auto' or None, "
                              f"got {self.butter_cutoff_hz!r}")
         if self.trim_s is not None and not self.trim_s >= 0:
             raise ValueError(f"ProcessingSettings.trim_s must be >= 0 or None, got {self.trim_s!r}")
@@ -368,6 +378,9 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
     rec = recording
     names = list(rec.joint_names)
     steps: list[str] = []
+    if ps.butter_cutoff_hz == "auto":         # not resolved by the caller: the fixed fallback
+        ps = dataclasses.replace(ps, butter_cutoff_hz=AUTO_FALLBACK_HZ)
+        steps.append(f"butter_cutoff_hz: auto not resolved by the caller: {AUTO_FALLBACK_HZ:g} Hz")
     chans = _checked_channels(rec, ps, trajectory)                              # 1.
     t, chans, rate = _resampled(rec.t, chans, float(rec.rate_hz), ps, steps)    # 2.
     if delay_s is None:

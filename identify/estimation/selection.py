@@ -140,19 +140,26 @@ class FrictionSelection:
 
 def _grams(Wb, C, y, mask, folds: int):
     """Per fold segment k and joint j: X^T X (K, n, P, P), X^T y (K, n, P), y^T y and the
-    sample count (K, n) of X = [Wb[:, j], C[:, j]] over the segment's samples in `mask`."""
+    sample count (K, n) of X = [Wb[:, j], C[:, j]] over the segment's samples in `mask` (the
+    excluded rows zeroed in one joint-major contiguous copy, so each product is one BLAS call
+    on contiguous rows)."""
     N, n, pb = Wb.shape
     P = pb + C.shape[2]
+    mask = np.asarray(mask, bool)
     edges = np.linspace(0, N, folds + 1).astype(int)
+    X = np.empty((n, N, P))
+    X[:, :, :pb] = Wb.transpose(1, 0, 2)
+    X[:, :, pb:] = C.transpose(1, 0, 2)
+    X *= mask.T[:, :, None]
+    ym = np.ascontiguousarray((np.where(mask, y, 0.0)).T)
     G, b = np.zeros((folds, n, P, P)), np.zeros((folds, n, P))
     yy, cnt = np.zeros((folds, n)), np.zeros((folds, n))
     for k in range(folds):                       # K x n matrix products (BLAS), not per sample
         sl = slice(edges[k], edges[k + 1])
         for j in range(n):
-            m = mask[sl, j]
-            X = np.concatenate([Wb[sl, j][m], C[sl, j][m]], axis=1)
-            yj = y[sl, j][m]
-            G[k, j], b[k, j], yy[k, j], cnt[k, j] = X.T @ X, X.T @ yj, yj @ yj, m.sum()
+            Xk, yk = X[j, sl], ym[j, sl]
+            G[k, j], b[k, j], yy[k, j] = Xk.T @ Xk, Xk.T @ yk, yk @ yk
+        cnt[k] = mask[sl].sum(axis=0)
     return G, b, yy, cnt
 
 
@@ -574,3 +581,10 @@ class SelectedModel(EstimatorMixin):
         d = processed
         W = self.design(d)
         return self.predict(d, W, filtered=False) - W @ self.params_[:self.selection_.n_base]
+
+
+#: the CV machinery shared with the processing-bandwidth selection (identify.estimation.bandwidth):
+#: per-fold Gram blocks of contiguous segments, the Jacobi-scaled PSD solve, the significance test
+fold_grams = _grams
+solve_psd = _solve
+significant = _significant

@@ -348,6 +348,8 @@ def identification_metrics(ident: Identification, models: dict | None = None) ->
     selection = getattr(ident.simplified, "selection_", None)
     if selection is not None:           # identification.friction: auto
         m["friction_selection"] = selection.to_dict()
+    if getattr(ident, "cutoff", None) is not None:      # processing.butter_cutoff_hz: auto
+        m["cutoff_selection"] = ident.cutoff.to_dict()
     if ident.held:
         m["held_data"] = {"sources": held_sources_document(ident.held),
                           "note": "the excitation fit stacks the rows of these recordings "

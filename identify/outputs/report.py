@@ -119,6 +119,7 @@ def _blocks(folder: Path, metrics: dict, params: dict, scenario: dict) -> list[t
     B += _per_joint_blocks(metrics)
     B += _variant_blocks(metrics)
     B += _trajectory_table_blocks(metrics)
+    B += _cutoff_selection_blocks(metrics.get("cutoff_selection"))
     B += _control_blocks(metrics)
     B += _plot_blocks(folder, metrics)
     B += _parameter_blocks(params)
@@ -554,6 +555,32 @@ def _friction_selection_blocks(sel: dict | None) -> list[tuple]:
             for j in sel.get("joints", []) for c in j.get("candidates", [])]
     B.append(("table", ["joint", "candidate", "coefficients", "CV RMS [N*m]",
                         "log MSE ratio to best", "SE"], rows))
+    return B
+
+
+def _cutoff_selection_blocks(sel: dict | None) -> list[tuple]:
+    """processing.butter_cutoff_hz: auto -- the candidates, their CV scores, the choice and
+    why, and the cutoff each joint alone would prefer (metrics.json cutoff_selection;
+    docs/joint_models.md "Processing bandwidth")."""
+    if not sel:
+        return []
+    names = [j["joint"] for j in sel.get("joints", [])]
+    B: list[tuple] = [("h", 2, "Processing bandwidth chosen by cross-validation"),
+                      ("p", f"{sel.get('method', '')}. Chosen: **{_fmt(sel.get('chosen_hz'))} Hz**"
+                            f" -- {sel.get('why', '')}. CV RMS: the square root of the folds' "
+                            f"geometric-mean squared error against the raw "
+                            f"{sel.get('signal', '?')} [N*m]; trajectory bandwidth "
+                            f"{_fmt(sel.get('trajectory_band_hz'))} Hz.")]
+    rows = [[_fmt(c["cutoff_hz"]) + (" (chosen)" if c["cutoff_hz"] == sel.get("chosen_hz")
+                                     else ""), _fmt(c["cv_rms_Nm"]),
+             _fmt(c.get("log_mse_ratio_to_best"), 3), _fmt(c.get("se_of_log_ratio"), 3)]
+            + [_fmt(v) for v in c.get("cv_rms_per_joint_Nm", [])]
+            for c in sel.get("candidates", [])]
+    B.append(("table", ["cutoff [Hz]", "CV RMS [N*m]", "log MSE ratio to best", "SE"]
+              + [f"{nm} [N*m]" for nm in names], rows))
+    B.append(("table", ["joint", "its own best cutoff [Hz]", "applied [Hz]"],
+              [[j["joint"], _fmt(j["best_cv_hz"]), _fmt(j["chosen_hz"])]
+               for j in sel.get("joints", [])]))
     return B
 
 

@@ -275,6 +275,7 @@ class Identification:
     headline: Headline | None = None             # what the export predicts (the headline)
     delays: dict = field(default_factory=dict)   # trajectory -> estimation.delay.DelayEstimate
     held: list = field(default_factory=list)     # [HeldSource] stacked with the excitation rows
+    cutoff: object | None = None                 # estimation.bandwidth.CutoffSelection (auto)
 
     # read-only shortcuts used by plots, sweeps and tests
     @property

@@ -125,28 +125,35 @@ def test_noise_free_twin_1khz_default_processing_recovers_stage1_to_0p1_percent(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rate, cutoff", [(100, 45.0), (1000, 100.0)])
-def test_stage1_rms_against_raw_torque_is_the_injected_noise(twin_cache, rate, cutoff):
-    """Only white torque-sensor noise (sigma = 0.05 N*m), quickstart trajectories: the stage-1
-    validation RMS against the RAW tau_j equals the injected noise (ratio in [0.97, 1.05])
-    outside velocity reversals, with a processing that keeps the torque's real content (no
-    smoothing, low-pass near Nyquist). (With the default 10 Hz low-pass the ratio is 1.1-2.7 per joint:
-    the twin's joint torque has real 10-40 Hz content -- drive-compliance oscillation -- that the
-    low-passed states cannot predict; on the tiny 6 s trajectories of the other tests 1.09.)"""
+@pytest.mark.parametrize("rate", [100, 1000])
+def test_stage1_rms_against_raw_torque_is_the_injected_noise(twin_cache, rate):
+    """Only white torque-sensor noise (sigma = 0.05 N*m), the twin's own viscous + Coulomb link
+    friction (the stage-1 model's law), quickstart trajectories, ``butter_cutoff_hz: auto``
+    (smoothing then none): the stage-1 validation RMS against the RAW tau_j outside velocity
+    reversals reaches the injected noise, ratio in [0.97, 1.05] at 100 Hz and 1 kHz (issue 21;
+    measured 1.029 / 1.001, the cutoffs chosen 45 / 182 Hz; with the fixed 10 Hz low-pass and
+    smoothing x20 1.49 / 1.35: the twin's joint torque has real 10-40 Hz content --
+    drive-compliance oscillation -- that low-passed states cannot predict). The cutoff is chosen
+    on the excitation recording only. At reversals the twin's stick-slip friction is no
+    constant-parameter law, so the all-sample ratio stays above (1.69 / 1.74; with the twin's
+    link friction off, the model then exact everywhere: 1.12 / 1.00 -- at 100 Hz the compliance
+    oscillation's acceleration at reversals is beyond what central differences of 100 Hz
+    positions recover)."""
     scn, model, recs = _run({"sample_rate_hz": rate, **TORQUE_ONLY},
-                            {"smooth_passes": 0, "butter_cutoff_hz": cutoff},
-                            trajectories_spec=QUICKSTART)
-    v = _identify(scn, model, recs).validation
+                            {"butter_cutoff_hz": "auto"}, trajectories_spec=QUICKSTART)
+    ident = _identify(scn, model, recs)
+    v = ident.validation
     floor = v.noise_floor["validation"]["tau_j"]
     assert floor.source == "twin: injected"
     np.testing.assert_allclose(floor.overall, 0.05, rtol=0.05)
+    sel = ident.cutoff
+    assert sel is not None and sel.signal == "tau_j"
+    assert ident.processed["validation"].filter_chain.butter_cutoff_hz == sel.chosen_hz
+    lowest = sel.candidates[0].overall
+    assert lowest.cv_rms > 1.5 * next(c for c in sel.candidates
+                                      if c.cutoff_hz == sel.chosen_hz).overall.cv_rms
     ratio = v.rms_outside_reversals["validation"]["stage1_tau_j"].overall / floor.overall
-    # 1 kHz: 1.000. 100 Hz: 1.08 on the collision-constrained quickstart trajectories (1.03 on the
-    # earlier ones): the 10-40 Hz compliance oscillation in tau_j is real signal, and its
-    # acceleration cannot be recovered from positions sampled at 100 Hz (central differences
-    # lose ~40 % of a 30 Hz component), so the issue's 1.05 is not met at 100 Hz -- reported, not
-    # hidden (closing note of issue 16): the bound here is what the twin shows.
-    assert 0.97 <= ratio <= (1.05 if rate >= 1000 else 1.10), ratio
+    assert 0.97 <= ratio <= 1.05, ratio
     assert v.rms["validation"]["stage1_tau_j"].overall >= \
         v.rms_outside_reversals["validation"]["stage1_tau_j"].overall * 0.99
 
