@@ -45,7 +45,7 @@ ALLOWED = {
                      "identify.excitation", "identify.estimation", "identify.scenario",
                      "identify.logs", "identify.validation", "identify.control",
                      "identify.outputs"},
-    "identify": {"identify.model", "identify.backend", "identify.app"},
+    "identify": {"identify.model", "identify.backend", "identify.app", "identify.common"},
     "twin": {"identify", "identify.model", "identify.backend", "identify.common"},
     "robot": {"identify", "identify.model", "identify.backend", "identify.common"},
 }
