@@ -42,7 +42,47 @@ def _children() -> set[int]:
     return out
 
 
+def _isolated(check, tmp_path):
+    """Run `check(tmp_path)` here, or -- where this process may not fork (threads that other
+    tests left alive: identify.excitation.workers.start_workers) -- in a fresh Python."""
+    from identify.excitation.workers import start_workers
+    if start_workers(2, 2) == 2:
+        return check(tmp_path)
+    import subprocess
+    import sys
+    code = (f"import sys; sys.path[:0] = {sys.path[:3]!r}; from pathlib import Path; "
+            f"import test_plotpool as t; t.{check.__name__}(Path({str(tmp_path)!r}))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
 def test_jobs_are_drawn_by_other_processes_and_failures_named(tmp_path):
+    _isolated(_check_drawn_elsewhere, tmp_path)
+
+
+def test_jobs_sent_early_are_waited_for_not_drawn_again(tmp_path):
+    _isolated(_check_early, tmp_path)
+
+
+def test_a_job_that_cannot_be_pickled_is_drawn_here(tmp_path):
+    _isolated(_check_unpicklable, tmp_path)
+
+
+def test_a_dead_server_leaves_its_jobs_to_this_process(tmp_path):
+    _isolated(_check_dead_server, tmp_path)
+
+
+def test_an_exception_in_the_block_kills_the_server_at_once(tmp_path):
+    _isolated(_check_exception, tmp_path)
+
+
+def test_what_a_job_returns_is_kept_from_the_server_and_from_here(tmp_path):
+    _isolated(_check_results, tmp_path)
+
+
+def _check_drawn_elsewhere(tmp_path):
     before = _children()
     with plotpool.plot_pool(workers=2) as pool:
         assert pool is not None and pool.alive
@@ -55,7 +95,7 @@ def test_jobs_are_drawn_by_other_processes_and_failures_named(tmp_path):
     assert _children() <= before            # the server and its drawers are gone
 
 
-def test_jobs_sent_early_are_waited_for_not_drawn_again(tmp_path):
+def _check_early(tmp_path):
     with plotpool.plot_pool(workers=2) as pool:
         pool.send([_job(tmp_path, "early")], workers=1)
         failures = plotpool.draw(pool, [_job(tmp_path, "early", tag="again"),
@@ -65,7 +105,7 @@ def test_jobs_sent_early_are_waited_for_not_drawn_again(tmp_path):
     assert (tmp_path / "late.txt").is_file()
 
 
-def test_a_job_that_cannot_be_pickled_is_drawn_here(tmp_path):
+def _check_unpicklable(tmp_path):
     path = tmp_path / "local.txt"
     job = ("local", lambda p: p.write_text(str(os.getpid())), (), {}, path)   # a lambda
     with plotpool.plot_pool(workers=2) as pool:
@@ -74,7 +114,7 @@ def test_a_job_that_cannot_be_pickled_is_drawn_here(tmp_path):
     assert _pid(tmp_path, "remote") != os.getpid()
 
 
-def test_a_dead_server_leaves_its_jobs_to_this_process(tmp_path):
+def _check_dead_server(tmp_path):
     with plotpool.plot_pool(workers=2) as pool:
         os.kill(pool._proc.pid, signal.SIGKILL)
         pool._proc.join(5.0)
@@ -89,7 +129,7 @@ def test_without_a_pool_everything_is_drawn_here(tmp_path):
     assert _pid(tmp_path, "x") == os.getpid()
 
 
-def test_an_exception_in_the_block_kills_the_server_at_once(tmp_path):
+def _check_exception(tmp_path):
     before = _children()
     t0 = time.monotonic()
     with pytest.raises(interrupts.Interrupted):
@@ -127,7 +167,7 @@ def _answer(x, path):
     return {"x": x, "pid": os.getpid()}
 
 
-def test_what_a_job_returns_is_kept_from_the_server_and_from_here(tmp_path):
+def _check_results(tmp_path):
     with plotpool.plot_pool(workers=2) as pool:
         pool.send([("a", _answer, (1,), {}, None)], workers=1)
         assert plotpool.draw(pool, [("b", lambda path: 2, (), {}, None)]) == []
