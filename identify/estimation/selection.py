@@ -172,6 +172,11 @@ def _solve(A, r):
     return np.linalg.solve(As, r / dr) / dr
 
 
+#: relative floor of a fold's MSE (see _CV): 1e-12 of the torque's mean square, an RMS of
+#: 1e-6 of the signal -- far below any measured noise
+MSE_FLOOR = 1e-12
+
+
 class _CV:
     """Blocked-CV scores of candidate term sets from the per-fold Gram blocks: the training
     normal equations of fold k are the totals minus fold k's block; the other joints' friction
@@ -183,6 +188,10 @@ class _CV:
         self.Gt, self.bt = G.sum(axis=0), b.sum(axis=0)
         self.Gtr, self.btr = self.Gt[None] - G, self.bt[None] - b      # training, per fold
         self.K = G.shape[0]
+        # an MSE below 1e-12 of the torque's mean square is numerically zero (noise-free data
+        # fitted by its own law): sets that reach it compare equal, so round-off -- which
+        # differs between machines -- never decides a term, and parsimony keeps the smallest
+        self.floor = MSE_FLOOR * yy.sum(axis=0) / np.maximum(cnt.sum(axis=0), 1.0)     # (n,)
 
     def _train(self, k):
         return (self.Gt, self.bt) if k is None else (self.Gt - self.G[k], self.bt - self.b[k])
@@ -243,7 +252,8 @@ class _CV:
         p = np.linalg.solve(As, (rhs / dg)[..., None])[..., 0] / dg
         e = (self.yy[:, j][:, None] - 2 * np.einsum("kci,kci->kc", p, self.b[:, j][:, loc] * valid)
              + np.einsum("kci,kcij,kcj->kc", p, self.G[:, j][:, ia, ib] * both, p))
-        return np.maximum(e, 0.0) / np.maximum(self.cnt[:, j], 1.0)[:, None]
+        return np.maximum(np.maximum(e, 0.0) / np.maximum(self.cnt[:, j], 1.0)[:, None],
+                          self.floor[j])
 
     def fit(self, sets):
         """Parameters [rigid, joint 1's, joint 2's, ...] on all samples and the normal matrix."""
