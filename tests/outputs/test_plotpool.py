@@ -173,3 +173,16 @@ def _check_results(tmp_path):
         assert plotpool.draw(pool, [("b", lambda path: 2, (), {}, None)]) == []
         assert pool.results["a"]["x"] == 1 and pool.results["a"]["pid"] != os.getpid()
         assert pool.results["b"] == 2                  # drawn here (a lambda cannot travel)
+
+
+def test_text_buffered_before_the_fork_is_printed_once(tmp_path):
+    """The server is forked with the parent's stdio buffers; they are flushed first, so the
+    server's exit does not print the parent's pending text a second time."""
+    import subprocess
+    import sys
+    code = ("import sys; from identify.outputs import plotpool; sys.stdout.write('pending'); "
+            "p = plotpool.start(1); p.close()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "pending"
