@@ -203,10 +203,6 @@ def start(workers: int | None = None) -> PlotPool | None:
     if w < 1:
         return None
     ctx = mp.get_context("fork")
-    import sys
-    for stream in (sys.stdout, sys.stderr):     # a forked child flushes what it inherited:
-        with contextlib.suppress(Exception):     # text buffered now would be printed twice
-            stream.flush()
     try:
         here, there = ctx.Pipe()
         # not daemonic: a daemonic process may not fork its drawers

@@ -176,8 +176,9 @@ def _check_results(tmp_path):
 
 
 def test_text_buffered_before_the_fork_is_printed_once(tmp_path):
-    """The server is forked with the parent's stdio buffers; they are flushed first, so the
-    server's exit does not print the parent's pending text a second time."""
+    """The server is forked with the parent's stdio buffers (multiprocessing flushes them before
+    it forks; a bare os.fork would not): the server's exit must not print the parent's pending
+    text a second time."""
     import subprocess
     import sys
     code = ("import sys; from identify.outputs import plotpool; sys.stdout.write('pending'); "
