@@ -310,7 +310,7 @@ def test_large_scenario_file_refused(tmp_path):
 def test_ipopt_max_iter_is_not_a_failure():
     from identify.excitation.optimizer import ipopt_status_text
     assert ipopt_status_text("Maximum_Iterations_Exceeded", True, 100) == \
-        "optimizer stopped at max_iter (100) with a feasible trajectory"
+        "optimizer stopped at max_iter (100 it per IPOPT solve) with a feasible trajectory"
     assert "without a feasible" in ipopt_status_text("Maximum_Iterations_Exceeded", False)
     assert ipopt_status_text("Solve_Succeeded", True) == "solved"
 
