@@ -155,6 +155,7 @@ def screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitatio
         sol = solver(**args)
         interrupts.check()      # IPOPT turns an interrupt into a status: never take it as a result
         st = dict(solver.stats(), max_iter=_max_iter(nlp))
+        _solve_finished(int(st.get("iter_count", 0)))
         lam = np.zeros(lbg.size)
         lam[sel] = np.asarray(sol["lam_g"]).reshape(-1)
         sol = dict(sol, lam_g_all=lam)
@@ -222,6 +223,15 @@ def _solve_started(nlp: NLP) -> None:
     sink = _SINK["sink"]
     if sink is not None:
         sink.solve_started(_max_iter(nlp))
+
+
+def _solve_finished(iterations: int) -> None:
+    """Tell the iteration sink that the IPOPT solve ended after `iterations` (its stats:
+    IPOPT's callback is also called in its restoration phase, so the live count is close, this
+    one exact)."""
+    sink = _SINK["sink"]
+    if sink is not None:
+        sink.solve_finished(iterations)
 
 
 def _stage(desc: str, s: int) -> None:
@@ -745,7 +755,8 @@ class _IterationBar:
     """The iteration sink (identify.excitation.objective.iteration_sink) of starts run in this
     process: a tqdm bar over the running IPOPT solve's iterations, reset at every solve with
     that solve's max_iter as total (its ETA: the time to max_iter at the current pace, an upper
-    bound) and described by the stage (:meth:`stage`)."""
+    bound) and described by the stage (:meth:`stage`); set to IPOPT's own count when the solve
+    ends."""
 
     def __init__(self, bar):
         self.bar, self.desc, self.first = bar, "", True
@@ -765,8 +776,13 @@ class _IterationBar:
         """IPOPT finished an iteration (its first call is iteration 0, the starting point)."""
         if self.first:
             self.first = False
-            return
-        self.bar.update(1)
+        elif self.bar.n < self.bar.total:
+            self.bar.update(1)
+
+    def solve_finished(self, iterations: int) -> None:
+        """The solve ended after `iterations` (IPOPT's count)."""
+        self.bar.n = min(int(iterations), int(self.bar.total or iterations))
+        self.bar.refresh()
 
 
 class _IterationCount:
@@ -774,13 +790,16 @@ class _IterationCount:
     s to ``counts[s]`` (a shared-memory array the parent reads for its bar)."""
 
     def __init__(self, counts):
-        self.counts, self.slot, self.first = counts, 0, True
+        self.counts, self.slot, self.first, self.base = counts, 0, True, 0
 
     def stage(self, desc: str, s: int) -> None:
         self.slot = int(s)
 
     def solve_started(self, max_iter: int) -> None:
-        self.first = True
+        self.first, self.base = True, int(self.counts[self.slot])
+
+    def solve_finished(self, iterations: int) -> None:
+        self.counts[self.slot] = self.base + int(iterations)     # IPOPT's own count
 
     def iteration(self) -> None:
         if self.first:          # iteration 0: the starting point

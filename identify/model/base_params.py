@@ -113,8 +113,25 @@ def compute_base_parameters(model, terms=(), n_samples: int | None = None, seed:
         n_samples: random states stacked (default 20 * parameter count / n).
         seed: RNG seed (the result is deterministic for a seed).
         rank_tol: a diagonal entry of R below rank_tol * |R[0, 0]| counts as zero.
+
+    The result is kept on the model (a frozen RobotModel: its kinematics and limits, all the
+    selection depends on, never change), so a run's many callers compute it once.
     """
     terms = check_terms(terms)
+    memo = getattr(model, "__dict__", None)
+    key = ("_base_parameters", tuple(terms), n_samples, int(seed), float(rank_tol),
+           float(coulomb_eps))
+    if memo is not None and key in memo:
+        return memo[key]
+    bp = _compute_base_parameters(model, terms, n_samples, seed, rank_tol, coulomb_eps)
+    if memo is not None:
+        memo[key] = bp
+    return bp
+
+
+def _compute_base_parameters(model, terms, n_samples, seed, rank_tol, coulomb_eps
+                             ) -> BaseParameters:
+    """compute_base_parameters without the memo."""
     rng = np.random.default_rng(seed)
     names = full_parameter_names(model, terms)
     p = len(names)
