@@ -22,8 +22,8 @@ sum of
   hold it yet (``compiled``).
 
 The constants are for an idle machine; the sum is multiplied by the machine's load
-(:func:`load_factor`: max(1, (1-minute load average + 1) / cores)): on the shared 2-core machine
-the same warm quickstart run took 8.0 s wall at load 1.4 (README) and 15-21 s at load 3-4.
+(:func:`load_factor`: max(1, (1-minute load average + 2) / (cores + 1))): on the shared 2-core
+machine the same warm quickstart run took 11 s at load 0.9 and 15-21 s at load 3-4.
 It is meant to tell 20 s from 2 h, and to be within +-50 % of a warm-cache run (measured:
 docs/cli.md).
 """
@@ -36,24 +36,24 @@ from dataclasses import dataclass
 from .spec import Scenario
 
 #: twin simulation steps (1 kHz) per second of wall time
-TWIN_STEPS_PER_S = 30000.0
+TWIN_STEPS_PER_S = 17000.0
 #: identification, validation, consistent fit and the sampled documents per recorded sample [s]
-S_PER_SAMPLE = 4.5e-4
+S_PER_SAMPLE = 5.5e-4
 BYTES_PER_SAMPLE = 16_000
 BASE_BYTES = 400 * 1024 ** 2
 #: fixed work of a run [s] (see the module docstring)
-BASE_S = 2.0
+BASE_S = 0.7
 #: design figures and collision check of one trajectory with a 200-sample grid [s] (scales
 #: with the grid)
-DESIGN_S = 0.55
+DESIGN_S = 0.3
 #: the standard set of plots (10 figures): PLOTS_S + PLOT_S_PER_SAMPLE x recorded samples [s]
-PLOTS_S = 2.5
-PLOT_S_PER_SAMPLE = 3e-4
+PLOTS_S = 6.3
+PLOT_S_PER_SAMPLE = 4e-4
 #: one optimizer start of the reference problem (5 harmonics, grid 200, table constraint:
 #: stage 1 and its polish) [s]; other problems scale by (H - 1)^2 / 16 x grid / 200
 S_PER_OPTIMIZER_START = 16.0
-#: generated C of the arm model, compiled once per machine [s]
-COMPILE_S = 8.0
+#: generated C of the arm model, optimizer rows and twin, compiled once per machine [s]
+COMPILE_S = 15.0
 #: recording bytes per sample and joint on disk (NPZ, about 12 float64 channels)
 DISK_BYTES_PER_SAMPLE_JOINT = 12 * 8
 
@@ -115,16 +115,17 @@ def _cores() -> int:
 
 
 def load_factor(load: float | None = None, cores: int | None = None) -> float:
-    """How much slower than on an idle machine a command runs: max(1, (load + 1) / cores), with
-    `load` the 1-minute load average (None: os.getloadavg's; 0 where there is none) and `cores`
-    the usable cores (None: this process's)."""
+    """How much slower than on an idle machine a command runs: max(1, (load + 2) / (cores + 1)),
+    with `load` the 1-minute load average (None: os.getloadavg's; 0 where there is none) and
+    `cores` the usable cores (None: this process's). Fitted on the 2-core machine: the warm
+    quickstart / paper runs took 1.7x / 1.5x longer at load 3.2 than at load 1."""
     if load is None:
         try:
             load = os.getloadavg()[0]
         except (OSError, AttributeError):
             load = 0.0
     cores = _cores() if cores is None else max(1, int(cores))
-    return max(1.0, (float(load) + 1.0) / cores)
+    return max(1.0, (float(load) + 2.0) / (cores + 1.0))
 
 
 def estimate_run(scn: Scenario, n_joints: int = 6, cached=(), compiled: bool = True,
@@ -160,7 +161,7 @@ def estimate_run(scn: Scenario, n_joints: int = 6, cached=(), compiled: bool = T
         f"optimizing {' and '.join(opt_parts)} ~{_duration(opt_s)}" if opt_parts else
         "no trajectory to optimize") + (f", compiling the arm model ~{_duration(compile_s)}"
                                          if compile_s else "") + (
-        f"; x{busy:.1f} for the machine's load" if busy > 1.0 else "")
+        f"; x{busy:.1f} for the machine's load" if busy >= 1.05 else "")
     return Estimate(seconds=seconds, peak_bytes=peak, disk_bytes=disk, detail=detail)
 
 

@@ -70,10 +70,11 @@ def test_compiling_and_the_machines_load(quick):
     warm = _s(quick, cached=BOTH)
     assert _s(quick, cached=BOTH, compiled=False) == pytest.approx(warm + B.COMPILE_S, rel=1e-12)
     assert B.load_factor(0.0, 2) == 1.0 and B.load_factor(0.5, 2) == 1.0
-    assert B.load_factor(3.0, 2) == pytest.approx(2.0)
-    assert _s(quick, cached=BOTH, load=3.0) == pytest.approx(2 * warm, rel=1e-12)
-    assert "x2.0 for the machine's load" in B.estimate_run(quick, cached=BOTH, load=3.0,
+    assert B.load_factor(3.0, 2) == pytest.approx(5 / 3)
+    assert _s(quick, cached=BOTH, load=4.0) == pytest.approx(2 * warm, rel=1e-12)
+    assert "x2.0 for the machine's load" in B.estimate_run(quick, cached=BOTH, load=4.0,
                                                            cores=2).detail
+    assert "load" not in B.estimate_run(quick, cached=BOTH, load=0.9, cores=2).detail
 
 
 def test_the_sweep_optimizes_once(quick):
