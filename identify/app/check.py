@@ -102,40 +102,36 @@ def _plan(scn, box: dict) -> list[str]:
     if scn.fit is not None and scn.fit.excitation is not None and scn.backend != "hardware" \
             and scn.fit.excitation.file is not None:
         return ["none: twinid fit identifies from the logs (twinid run would design them)"]
-    from identify.excitation.cache import problem_key
-    from identify.excitation.conditioning import base_parameters
-    from .trajectories import (cache_dir, design_context, label_context, load_trajectory_file,
-                               make_problem)
+    from .trajectories import cache_state, load_trajectory_file
     m = _model(scn, box)
-    terms = scn.identification.friction_terms
-    ctx = design_context(scn, m, terms)
+    box["cache_state"] = state = cache_state(scn, m)
+    plan = state["plan"]
     out = []
     for label in LABELS:
         spec = getattr(scn.trajectories, label)
         what = f"{label}: {spec.period_s:g} s x {spec.periods}"
-        if spec.source == "file":
+        p = plan[label]
+        if p.kind == "file":
             tr = load_trajectory_file(spec.file, label, m.n)
             out.append(f"{what}: from file {spec.file} ({tr.n_harmonics} harmonics)")
-            continue
-        if label == "excitation" and spec.held:
+        elif p.kind == "held":
             out.append(f"{what}: to optimize with the held data ({len(spec.held)} entries; "
                        f"the cache is looked up after reading them)")
-            continue
-        problem = make_problem(spec, m, terms, label_context(scn, ctx, label))
-        folder = cache_dir() if spec.cache else None
-        key = problem_key(m, problem, base_parameters(m, problem), spec.seed, int(spec.starts))
-        hit = folder is not None and (Path(folder) / f"excitation-{key[:20]}.yaml").is_file()
-        out.append(f"{what}, {spec.harmonics} harmonics: " + (
-            f"cached ({folder})" if hit else
-            f"to optimize ({spec.starts} start(s), seed {spec.seed}"
-            + (", not cached)" if folder is None else f"; then cached in {folder})")))
+        else:
+            out.append(f"{what}, {spec.harmonics} harmonics: " + (
+                f"cached ({p.folder})" if p.kind == "cached" else
+                f"to optimize ({spec.starts} start(s), seed {spec.seed}"
+                + (", not cached)" if p.folder is None else f"; then cached in {p.folder})")))
     return out
 
 
 def _estimate(scn, box: dict) -> list[str]:
     """The time / memory / disk estimate and the budget a run checks before any work."""
     from identify.scenario.budget import estimate_run, over_budget
-    est = estimate_run(scn, _model(scn, box).n)
+    m = _model(scn, box)
+    state = box.get("cache_state")      # None: the plan failed or is not made (twinid fit)
+    est = estimate_run(scn, m.n, **({} if state is None else
+                                    {"cached": state["cached"], "compiled": state["compiled"]}))
     out = [f"a run takes {est.describe()}; writes about {est.disk_bytes / 1e6:.1f} MB"]
     why = over_budget(est)
     if why is not None:

@@ -107,11 +107,12 @@ def run_scenario(scn: Scenario, out=None, *, force: bool = False, yes: bool = Fa
         with claim_run_folder(scn, out, force=force) as folder:
             return RunResult(*control_only(scn, folder, "run"))
     from identify.scenario.budget import estimate_run
+    from .trajectories import estimate_cache_state
     timings: dict = {}
     t0 = time.perf_counter()
     require_backend_files(scn)
     model = build_model(scn)
-    est = estimate_run(scn, model.n)
+    est = estimate_run(scn, model.n, **estimate_cache_state(scn, model))
     check_budget(est, yes)
     with claim_run_folder(scn, out, force=force, need_bytes=int(est.disk_bytes)) as folder:
         preflight(scn, model)
@@ -238,6 +239,7 @@ def trajectories_only(scn: Scenario, out=None, *, force: bool = False,
     table at `rate_hz` [Hz], default 1 kHz: docs/controllers.md), ``trajectories.yaml``
     (kind: trajectories, cond(W), timings) and a report (``twinid report`` rebuilds it)."""
     from identify.outputs.report import build_report
+    t0 = time.perf_counter()
     model = build_model(scn)
     timings: dict = {}
     with claim_run_folder(scn, out, force=force, command="trajectory") as folder:
@@ -252,6 +254,7 @@ def trajectories_only(scn: Scenario, out=None, *, force: bool = False,
             sampled = write_sampled(folder, model, trajs, rate_hz=rate_hz or DEFAULT_RATE_HZ)
         except ValueError as exc:
             raise InputError(f"{scn.source or scn.name}: {exc}") from None
+        timings["total"] = round(time.perf_counter() - t0, 4)   # the report adds "other"
         write_yaml(folder / layout.TRAJECTORY_INDEX, {
             "kind": "trajectories", "name": scn.name,
             "note": "written by twinid trajectory: the excitation and validation trajectories "

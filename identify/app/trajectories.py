@@ -160,6 +160,68 @@ _SETTING_KEYS = {"start_pose": "start_deg", "z_min": "z_min_m",
                  "torque_limit": "torque_limit", "objective": "objective"}
 
 
+@dataclass(frozen=True)
+class TrajectoryPlan:
+    """Where a run's trajectory comes from, known before any work: `kind` "file" (read from
+    trajectories.<label>.file), "cached" (its optimization is in the cache `folder`),
+    "optimize" (to optimize; cached in `folder` afterwards unless None) or "held" (optimized
+    with the held data, whose information is only known after reading them: the cache is
+    looked up then)."""
+    kind: str
+    folder: Path | None = None
+
+
+def trajectory_plan(scn: Scenario, model) -> dict:
+    """label -> :class:`TrajectoryPlan` of the scenario's trajectories: the optimizer's cache
+    is looked up by the key identify.excitation.optimizer uses (identify.excitation.cache
+    .problem_key), so "cached" means the run reads it instead of optimizing."""
+    from identify.excitation.cache import problem_key
+    terms = scn.identification.friction_terms
+    ctx = None
+    out = {}
+    for label in LABELS:
+        spec = getattr(scn.trajectories, label)
+        if spec.source == "file":
+            out[label] = TrajectoryPlan("file")
+            continue
+        folder = cache_dir() if spec.cache else None
+        if label == "excitation" and spec.held:
+            out[label] = TrajectoryPlan("held", folder)
+            continue
+        ctx = design_context(scn, model, terms) if ctx is None else ctx
+        hit = False
+        if folder is not None:
+            problem = make_problem(spec, model, terms, label_context(scn, ctx, label))
+            key = problem_key(model, problem, base_parameters(model, problem), spec.seed,
+                              int(spec.starts))
+            hit = (Path(folder) / f"excitation-{key[:20]}.yaml").is_file()
+        out[label] = TrajectoryPlan("cached" if hit else "optimize", folder)
+    return out
+
+
+def cache_state(scn: Scenario, model) -> dict:
+    """What the run estimate (identify.scenario.budget.estimate_run) needs to know about the
+    caches: {"cached": labels whose optimization the cache holds, "compiled": the arm model's
+    generated C is in the code-generation cache, "plan": trajectory_plan's}. Looked up before the plan (computing a
+    cache key evaluates the model, which compiles it)."""
+    from identify.model.regressor import is_compiled
+    compiled = is_compiled(model.regressor_function())
+    plan = trajectory_plan(scn, model)
+    return {"cached": frozenset(k for k, p in plan.items() if p.kind == "cached"),
+            "compiled": compiled, "plan": plan}
+
+
+def estimate_cache_state(scn: Scenario, model) -> dict:
+    """The keyword arguments ``cached`` and ``compiled`` of estimate_run (:func:`cache_state`);
+    {} (the estimate assumes nothing is cached) when a trajectory's settings are malformed:
+    the run then refuses them, naming the key, before anything is optimized."""
+    try:
+        state = cache_state(scn, model)
+    except ValueError:
+        return {}
+    return {"cached": state["cached"], "compiled": state["compiled"]}
+
+
 def check_designs(scn: Scenario, model, terms, ctx: DesignContext, files: dict) -> None:
     """Both trajectories' problems checked against the arm before anything is optimized (start
     pose within the limits, above the table, clear of the obstacles and of the arm itself;
@@ -204,7 +266,8 @@ def get_trajectory(spec: TrajectorySpec, model, terms, label: str,
     else:
         res = optimize_excitation(model, problem, seed=spec.seed, n_starts=spec.starts,
                                   cache_dir=cache_dir() if spec.cache else None,
-                                  progress=progress.enabled(), information0=information0)
+                                  progress=progress.enabled(), information0=information0,
+                                  label=label)
         tr = res.trajectory
         info = TrajectoryInfo(
             label=label, source="optimized" + (" (cached)" if res.from_cache else ""),

@@ -96,10 +96,10 @@ from .fourier import FourierTrajectory, to_plain
 from .cache import load_cache, problem_key, save_cache
 from .conditioning import (CondEvaluator, base_parameters, collision_violation, enforce_dense,
                            limit_ratios, torque_violation, trajectory_cond)
-from .objective import NLP, build_nlp, collision_model
+from .objective import _SINK, NLP, build_nlp, collision_model, iteration_sink
 from .parametrization import random_trajectory, to_trajectory, to_x
 from .problem import ExcitationInfeasible, ExcitationProblem, ExcitationResult, check_problem, resolve_start, scaled_limits
-from .workers import map_starts
+from .workers import map_starts, start_workers
 
 
 def _coarse_stride(problem: ExcitationProblem, lim: dict, q_start, free) -> int:
@@ -139,7 +139,8 @@ def screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitatio
     warm: (lam_g (all rows), lam_x) of a previous solve of the same rows' problem: the first
     round then starts from that primal-dual point too (NLP.sub_solver).
     Returns (solution dict with "lam_g_all": the multipliers of every row (0 for rows left out),
-    IPOPT stats of the last solve, total iterations, evaluation time [s]).
+    IPOPT stats of the last solve (plus "max_iter": its iteration limit, and "solves": the
+    number of IPOPT solves made), total iterations of them all, evaluation time [s]).
     """
     stride = None if problem is None else problem.screen_stride
     ev_keys = ("f", "grad_f", "g", "jac_g")
@@ -150,9 +151,11 @@ def screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitatio
         if warm is not None:
             args.update(lam_g0=warm[0][sel], lam_x0=warm[1])
         solver = nlp.sub_solver(keep, warm=warm is not None)
+        _solve_started(nlp)
         sol = solver(**args)
         interrupts.check()      # IPOPT turns an interrupt into a status: never take it as a result
-        st = solver.stats()
+        st = dict(solver.stats(), max_iter=_max_iter(nlp))
+        _solve_finished(int(st.get("iter_count", 0)))
         lam = np.zeros(lbg.size)
         lam[sel] = np.asarray(sol["lam_g"]).reshape(-1)
         sol = dict(sol, lam_g_all=lam)
@@ -167,7 +170,9 @@ def screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitatio
     has_col = nlp.kinds is not None and bool(np.any(nlp.kinds == "col"))
     if (not stride or stride <= 1 or nlp.linear is None
             or (int(nlp.linear.sum()) < int(problem.screen_min_rows) and not has_col)):
-        return run(None, x0, warm)
+        sol, st, it, ev = run(None, x0, warm)
+        st["solves"] = 1
+        return sol, st, it, ev
     theta = float(problem.screen_threshold)
     bound = np.where(nlp.linear, nlp.ubg, np.inf)
     kinds = nlp.kinds if nlp.kinds is not None else np.zeros(nlp.lbg.size, "<U4")
@@ -185,11 +190,13 @@ def screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitatio
         out |= (col | zr) & (g - lbg <= float(problem.collision_screen))
         return out & screenable
     g = np.asarray(nlp.g_fun(x0)).reshape(-1)
+    n_solves = 0
     keep = ~screenable | ((nlp.linear | tau | zr) & (nlp.sample % int(stride) == 0)) | near_rows(g)
     iters, t_ev = 0, 0.0
     for _ in range(4):
         sol, st, it, ev = run(keep, x0, warm)
-        iters, t_ev = iters + it, t_ev + ev
+        iters, t_ev, n_solves = iters + it, t_ev + ev, n_solves + 1
+        st["solves"] = n_solves
         xs = np.asarray(sol["x"]).reshape(-1)
         if not np.all(np.isfinite(xs)):
             return sol, st, iters, t_ev
@@ -201,7 +208,37 @@ def screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitatio
         keep = keep | near
         x0, warm = xs, next_warm(sol)
     sol, st, it, ev = run(None, x0, next_warm(sol))
+    st["solves"] = n_solves + 1
     return sol, st, iters + it, t_ev + ev
+
+
+def _max_iter(nlp: NLP) -> int:
+    """IPOPT's iteration limit of each solve of `nlp` (its ``ipopt.max_iter`` option)."""
+    return int((nlp.opts or {}).get("ipopt.max_iter", 3000))
+
+
+def _solve_started(nlp: NLP) -> None:
+    """Tell the iteration sink (identify.excitation.objective.iteration_sink) that an IPOPT
+    solve of `nlp` begins."""
+    sink = _SINK["sink"]
+    if sink is not None:
+        sink.solve_started(_max_iter(nlp))
+
+
+def _solve_finished(iterations: int) -> None:
+    """Tell the iteration sink that the IPOPT solve ended after `iterations` (its stats:
+    IPOPT's callback is also called in its restoration phase, so the live count is close, this
+    one exact)."""
+    sink = _SINK["sink"]
+    if sink is not None:
+        sink.solve_finished(iterations)
+
+
+def _stage(desc: str, s: int) -> None:
+    """Tell the iteration sink which stage (`desc`, of start `s`) the next solves belong to."""
+    sink = _SINK["sink"]
+    if sink is not None:
+        sink.stage(desc, s)
 
 
 def _worst_violation(nlp: NLP, x: np.ndarray, names, lbg=None) -> tuple[float, str]:
@@ -227,8 +264,8 @@ def _worst_violation(nlp: NLP, x: np.ndarray, names, lbg=None) -> tuple[float, s
 # ------------------------------------------------------------------------------------------------
 def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed: int = 0,
                         n_starts: int = 2, cache_dir=None, progress: bool = False,
-                        bp=None, information0=None, workers: int | None = None
-                        ) -> ExcitationResult:
+                        bp=None, information0=None, workers: int | None = None,
+                        label: str = "excitation") -> ExcitationResult:
     """Optimize a Fourier excitation trajectory for problem.objective (cond(W_base) by default;
     see module docstring), safe under its collision and torque constraints.
 
@@ -242,7 +279,9 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
         seed: seed of the random initial guesses (start s uses seed sequence [seed, s]).
         n_starts: number of IPOPT starts; the feasible one with the lowest cond(W_base) is kept.
         cache_dir: folder of cached results (None: no caching).
-        progress: print one line per start to stderr.
+        progress: show the optimization on stderr (identify.common.progress, silent under
+            --quiet): a bar over the starts with an ETA, one line per finished start and, for
+            starts run in this process, a bar over the running IPOPT solve's iterations.
         bp: a precomputed base-parameter selection (default: from `problem`).
         information0: (p, p) Fisher information already held (recorded trajectories,
             identify.excitation.information.information_of); the D / A-optimal objectives then
@@ -250,6 +289,7 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
         workers: processes running the starts (None: one per start up to the cores this
             process may use; 1: in this process). The result does not depend on it
             (identify.excitation.workers.map_starts).
+        label: the trajectory's name in the progress output ("excitation", "validation").
 
     Returns: :class:`ExcitationResult`.
     Raises: :class:`ExcitationInfeasible` naming the constraint when no start finds a feasible
@@ -259,11 +299,11 @@ def optimize_excitation(model, problem: ExcitationProblem | None = None, *, seed
     with single_thread_blas():
         return _optimize_excitation(model, problem, seed=seed, n_starts=n_starts,
                                     cache_dir=cache_dir, progress=progress, bp=bp,
-                                    information0=information0, workers=workers)
+                                    information0=information0, workers=workers, label=label)
 
 
 def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress, bp,
-                         information0=None, workers=None):
+                         information0=None, workers=None, label="excitation"):
     problem = ExcitationProblem() if problem is None else problem
     if int(n_starts) < 1:
         raise ValueError(f"n_starts must be >= 1, got {n_starts!r}")
@@ -276,10 +316,14 @@ def _optimize_excitation(model, problem, *, seed, n_starts, cache_dir, progress,
         if cache_file.exists():
             res = load_cache(cache_file, problem)
             if res is not None:
+                if progress:
+                    from identify.common.progress import message
+                    message(f"{label}: optimized trajectory read from the cache "
+                            f"({cache_file.name})")
                 return res
     run = _Starts.build(model, problem, bp, seed=seed, n_starts=n_starts, progress=progress,
-                        information0=information0)
-    stage1 = map_starts(run.run_start, int(n_starts), workers)
+                        information0=information0, label=label)
+    stage1 = run.run_all(workers)
     best, starts, solver_time = _best_start(run, stage1)
     res = _result(run, best, starts, solver_time)
     if cache_file is not None:
@@ -326,9 +370,11 @@ class _Starts:
     seed: int
     n_starts: int
     progress: bool
+    label: str = "excitation"
 
     @classmethod
-    def build(cls, model, problem, bp, *, seed, n_starts, progress, information0) -> "_Starts":
+    def build(cls, model, problem, bp, *, seed, n_starts, progress, information0,
+              label: str = "excitation") -> "_Starts":
         """Build the NLPs and the dense-grid evaluators of `problem`."""
         lim = scaled_limits(model, problem)
         q_start, free = resolve_start(model, problem)
@@ -347,7 +393,8 @@ class _Starts:
         return cls(model=model, problem=problem, bp=bp, nlp=nlp, nlp2=nlp2,
                    cond_check=cond_check, caps=caps, score=score, lim=lim, q_start=q_start,
                    free=free, names=list(model.joint_names), n_check=n_check, coarse=coarse,
-                   seed=int(seed), n_starts=int(n_starts), progress=bool(progress))
+                   seed=int(seed), n_starts=int(n_starts), progress=bool(progress),
+                   label=str(label))
 
     def trajectory(self, x: np.ndarray) -> FourierTrajectory:
         """NLP variables x -> the trajectory (identify.excitation.parametrization.to_trajectory)."""
@@ -359,31 +406,52 @@ class _Starts:
         Returns (the start's entry of ExcitationResult.starts, the kept solve's result)."""
         rng = np.random.default_rng([self.seed, s])
         x0 = to_x(initial_guess(self.model, self.problem, rng, self.lim, self.caps), self.free)
+        _stage(f"{self.label} (start {s + 1}/{self.n_starts}, stage 1)", s)
         # clearance rows are screened in both stages (most pairs stay far apart)
         r1 = self.solve(self.nlp, x0, self.nlp.lbg.copy(),
                         screen=self.coarse == 1 or self.caps is not None)
         cond = self.score(r1["tr"]) if r1["ok"] else np.inf
         entry = {"start": s, "status": r1["status"], "iterations": r1["iterations"],
+                 "solves": r1["solves"], "max_iter": r1["max_iter"],
                  "time_s": r1["time_s"], "eval_time_s": r1["eval_s"], "objective": r1["objective"],
                  "cond": float(cond), "feasible": bool(r1["ok"])}
         out = r1
         if r1["ok"] and self.nlp2 is not None:
+            _stage(f"{self.label} (start {s + 1}/{self.n_starts}, polish)", s)
             entry, out = self.polish(entry, r1)
-        if self.progress:
-            self._report(s, entry, r1)
         return entry, out
 
-    def _report(self, s: int, entry: dict, r1: dict) -> None:
-        """The progress line of start s."""
+    def run_all(self, workers: int | None) -> list:
+        """[run_start(s) for every start] (identify.excitation.workers.map_starts: in worker
+        processes when it can). With progress: a bar over the starts (its ETA from the
+        finished ones) and one line per finished start; when the starts run in this process,
+        also a bar over the running IPOPT solve's iterations (total: its max_iter); in worker
+        processes, the iterations they have made so far on the starts' bar (shared counters,
+        read every 0.5 s)."""
+        if not self.progress:
+            return map_starts(self.run_start, self.n_starts, workers)
+        from identify.common.progress import bar
+        with bar(total=self.n_starts, desc=f"{self.label}: starts", unit="start") as b:
+            def done(s, result):
+                self._report(s, result[0], result[1]["ok"])
+                b.update(1)
+            if start_workers(self.n_starts, workers) > 1:
+                import multiprocessing as mp
+                counts = mp.get_context("fork").RawArray("l", self.n_starts)
+
+                def waiting():
+                    b.set_postfix_str(f"{sum(counts)} IPOPT it so far")
+                with iteration_sink(_IterationCount(counts)):     # inherited by the workers
+                    return map_starts(self.run_start, self.n_starts, workers, on_done=done,
+                                      on_wait=waiting)
+            with bar(total=int(self.problem.max_iter), desc=self.label, unit="it") as ib, \
+                    iteration_sink(_IterationBar(ib)):
+                return map_starts(self.run_start, self.n_starts, 1, on_done=done)
+
+    def _report(self, s: int, entry: dict, feasible: bool) -> None:
+        """The progress line of start s (identify.common.progress.message)."""
         from identify.common.progress import message
-        problem = self.problem
-        message(f"excitation start {s + 1}/{self.n_starts}: "
-                f"{ipopt_status_text(entry['status'], r1['ok'], problem.max_iter)}, "
-                f"{entry['iterations']} it" +
-                (f" + polish {entry['polish_iterations']} it" if "polish_iterations" in entry
-                 else "") + f", {entry['time_s']:.1f} s, "
-                f"{'cond' if problem.objective == 'cond' else problem.objective} "
-                f"{entry['cond']:.4g}")
+        message(start_line(self.label, s, self.n_starts, entry, feasible, self.problem.objective))
 
     def polish(self, entry: dict, r1: dict) -> tuple[dict, dict]:
         """The cond polish of a feasible start (stage 1's raised rows kept): (entry, result)."""
@@ -399,6 +467,7 @@ class _Starts:
         r2 = self.solve(nlp2, r1["x"], lbg2)
         c2 = self.score(r2["tr"]) if r2["ok"] else np.inf
         entry.update(polish_status=r2["status"], polish_iterations=r2["iterations"],
+                     polish_solves=r2["solves"], polish_max_iter=r2["max_iter"],
                      polish_time_s=r2["time_s"], polish_cond=float(c2),
                      stage1_cond=entry["cond"])
         entry["time_s"] += r2["time_s"]
@@ -413,15 +482,17 @@ class _Starts:
         those rows (lbg) by what the dense grid found and re-solves warm-started (primal and
         dual), at most 3 times. A start left infeasible on the clearance / torque rows is
         shrunk towards its start pose (:meth:`shrink_feasible`). Returns {"ok", "x", "tr",
-        "text" (the worst violation), "lbg", "time_s", "eval_s", "iterations", "status",
-        "objective"}."""
-        dt, iters, text, tr, t_ev, warm = 0.0, 0, None, None, 0.0, None
+        "text" (the worst violation), "lbg", "time_s", "eval_s", "iterations" (of every IPOPT
+        solve made), "solves" (their number), "status" (of the last solve), "max_iter" (the
+        iteration limit of each solve), "objective"}."""
+        dt, iters, text, tr, t_ev, warm, solves = 0.0, 0, None, None, 0.0, None, 0
         for attempt in range(4):
             t0 = time.perf_counter()
             sol, st, it_k, ev_k = screened_solve(nlp_k, x0, lbg,
                                                   self.problem if screen else None, warm)
             dt += time.perf_counter() - t0
             iters += it_k
+            solves += int(st.get("solves", 1))
             t_ev += ev_k
             xs = np.asarray(sol["x"]).reshape(-1)
             viol, text = _worst_violation(nlp_k, xs, self.names, lbg)
@@ -445,8 +516,8 @@ class _Starts:
                 xs, ok, text = xf, True, None
                 tr = self.trajectory(xs)
         return {"ok": ok, "x": xs, "tr": tr, "text": text, "lbg": lbg, "time_s": dt, "eval_s": t_ev,
-                "iterations": iters, "status": st.get("return_status", "?"),
-                "objective": float(sol["f"])}
+                "iterations": iters, "solves": solves, "max_iter": int(st.get("max_iter", 0)),
+                "status": st.get("return_status", "?"), "objective": float(sol["f"])}
 
     def dense_check(self, xs: np.ndarray) -> tuple[FourierTrajectory, _Excess | None]:
         """(the trajectory of xs with its linear limits made to hold on the dense grid, what
@@ -528,9 +599,10 @@ def _best_start(run: _Starts, stage1: list) -> tuple[tuple, list, float]:
         if out["ok"] and (best is None or cond < best[0]):
             best = (cond, out["tr"], out["objective"])
     if best is None:
+        last_max_iter = starts[-1].get("max_iter") or problem.max_iter
         raise ExcitationInfeasible(
             f"no feasible excitation trajectory found in {run.n_starts} start(s) "
-            f"(IPOPT: {ipopt_status_text(starts[-1]['status'], False, problem.max_iter)}); "
+            f"(IPOPT: {ipopt_status_text(starts[-1]['status'], False, last_max_iter)}); "
             f"worst violated constraint: {worst_text}")
     return best, starts, solver_time
 
@@ -619,7 +691,7 @@ def _score_function(model, problem, bp, cond_check, information0):
 def validation_trajectory(model, problem: ExcitationProblem | None = None, *, seed: int = 1,
                           harmonics: int | None = None, wf: float | None = None,
                           n_starts: int = 1, cache_dir=None, progress: bool = False,
-                          bp=None) -> ExcitationResult:
+                          bp=None, label: str = "validation") -> ExcitationResult:
     """An independent feasible trajectory for validating identified models (paper Fig. 10).
 
     Same arm, limits and start pose as `problem`, but other frequency content: by default
@@ -630,7 +702,7 @@ def validation_trajectory(model, problem: ExcitationProblem | None = None, *, se
     Hv = max(2, problem.harmonics - 2) if harmonics is None else int(harmonics)
     pv = replace(problem, harmonics=Hv, wf=problem.wf if wf is None else float(wf))
     return optimize_excitation(model, pv, seed=seed, n_starts=n_starts, cache_dir=cache_dir,
-                               progress=progress, bp=bp)
+                               progress=progress, bp=bp, label=label)
 
 
 #: IPOPT return statuses in words (identify.excitation.optimizer messages)
@@ -647,9 +719,90 @@ _IPOPT_WORDS = {
 def ipopt_status_text(status: str, feasible: bool, max_iter: int | None = None) -> str:
     """An IPOPT return status in words. ``Maximum_Iterations_Exceeded`` is not a failure when the
     iterate is feasible: the optimizer stopped at max_iter with a usable trajectory (only its
-    conditioning might have improved further)."""
+    conditioning might have improved further). max_iter: the limit of that one IPOPT solve (a
+    start may run several solves: screening rounds, re-solves; start_line counts them)."""
     if status == "Maximum_Iterations_Exceeded":
-        it = f" ({max_iter})" if max_iter else ""
+        it = f" ({max_iter} it per IPOPT solve)" if max_iter else ""
         return (f"optimizer stopped at max_iter{it} with a feasible trajectory" if feasible else
                 f"optimizer stopped at max_iter{it} without a feasible trajectory")
     return _IPOPT_WORDS.get(status, f"IPOPT status {status}")
+
+
+def _iterations_text(iterations: int, solves: int) -> str:
+    """"120 it" (one IPOPT solve) or "200 it in 3 IPOPT solves"."""
+    return f"{iterations} it" + (f" in {solves} IPOPT solves" if solves > 1 else "")
+
+
+def start_line(label: str, s: int, n_starts: int, entry: dict, feasible: bool,
+               objective: str = "cond") -> str:
+    """The progress line of finished start `s` (0-based) of `label`'s optimization, from its
+    ExcitationResult.starts entry: the last solve's status against that solve's max_iter,
+    the iterations of every solve and how many solves they took (stage 1, then the polish),
+    the wall time [s] and the start's figure."""
+    st = ipopt_status_text(entry["status"], feasible, entry.get("max_iter"))
+    it = _iterations_text(int(entry["iterations"]), int(entry.get("solves", 1)))
+    if "polish_iterations" in entry:
+        it += " + polish " + _iterations_text(int(entry["polish_iterations"]),
+                                              int(entry.get("polish_solves", 1)))
+        if entry.get("polish_status") == "Maximum_Iterations_Exceeded":
+            it += f" (polish stopped at its max_iter {entry.get('polish_max_iter')})"
+    name = "cond" if objective == "cond" else objective
+    return (f"{label} start {s + 1}/{n_starts}: {st}, {it}, {entry['time_s']:.1f} s, "
+            f"{name} {entry['cond']:.4g}")
+
+
+class _IterationBar:
+    """The iteration sink (identify.excitation.objective.iteration_sink) of starts run in this
+    process: a tqdm bar over the running IPOPT solve's iterations, reset at every solve with
+    that solve's max_iter as total (its ETA: the time to max_iter at the current pace, an upper
+    bound) and described by the stage (:meth:`stage`); set to IPOPT's own count when the solve
+    ends."""
+
+    def __init__(self, bar):
+        self.bar, self.desc, self.first = bar, "", True
+
+    def stage(self, desc: str, s: int) -> None:
+        """Name the stage the next solves belong to ("validation (start 1/1, polish)"; of
+        start `s`)."""
+        self.desc = desc
+
+    def solve_started(self, max_iter: int) -> None:
+        """An IPOPT solve with `max_iter` iterations at most begins."""
+        self.bar.reset(total=int(max_iter))
+        self.bar.set_description(self.desc, refresh=False)
+        self.first = True
+
+    def iteration(self) -> None:
+        """IPOPT finished an iteration (its first call is iteration 0, the starting point)."""
+        if self.first:
+            self.first = False
+        elif self.bar.n < self.bar.total:
+            self.bar.update(1)
+
+    def solve_finished(self, iterations: int) -> None:
+        """The solve ended after `iterations` (IPOPT's count)."""
+        self.bar.n = min(int(iterations), int(self.bar.total or iterations))
+        self.bar.refresh()
+
+
+class _IterationCount:
+    """The iteration sink of starts run in worker processes: adds each IPOPT iteration of start
+    s to ``counts[s]`` (a shared-memory array the parent reads for its bar)."""
+
+    def __init__(self, counts):
+        self.counts, self.slot, self.first, self.base = counts, 0, True, 0
+
+    def stage(self, desc: str, s: int) -> None:
+        self.slot = int(s)
+
+    def solve_started(self, max_iter: int) -> None:
+        self.first, self.base = True, int(self.counts[self.slot])
+
+    def solve_finished(self, iterations: int) -> None:
+        self.counts[self.slot] = self.base + int(iterations)     # IPOPT's own count
+
+    def iteration(self) -> None:
+        if self.first:          # iteration 0: the starting point
+            self.first = False
+            return
+        self.counts[self.slot] += 1

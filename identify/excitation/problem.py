@@ -157,9 +157,11 @@ class ExcitationResult:
         limits_used: dict q_min, q_max, qd_max, qdd_max (n,) after scaling (+ z_min).
         max_ratio: dict q, qd, qdd -> (n,) max |value| / limit on the check grid (<= 1 when held;
             for q: max excursion relative to the scaled range, 1 = touching a bound).
-        starts: per start: dict seed, status, iterations, time_s, cond, feasible, eval_time_s
-            (of time_s, the wall time IPOPT spent in objective/constraint callbacks; the rest
-            is IPOPT's own linear algebra).
+        starts: per start: dict seed, status (of its last IPOPT solve), iterations (of all its
+            IPOPT solves), solves (their number), max_iter (the limit of each), time_s, cond,
+            feasible, eval_time_s (of time_s, the wall time IPOPT spent in objective/constraint
+            callbacks; the rest is IPOPT's own linear algebra); after a polish the same with
+            polish_ (polish_status, polish_iterations, polish_solves, polish_max_iter, ...).
         n_base: number of base parameters p (columns of W_base); base_names: their names.
         from_cache: True when the result was read from the cache; cache_file: its path.
         problem, seed, n_starts: the inputs.

@@ -38,15 +38,30 @@ def start_workers(n_starts: int, workers: int | None = None) -> int:
     return w
 
 
-def map_starts(job, n_starts: int, workers: int | None) -> list:
+def map_starts(job, n_starts: int, workers: int | None, on_done=None, on_wait=None,
+               poll_s: float = 0.5) -> list:
     """[job(s) for s in range(n_starts)], the independent starts run in forked worker processes
     when start_workers() allows (the children inherit the built problem, its compiled functions
     and the one-thread BLAS; every start is seeded by its index, so the results are the same
-    as in one process)."""
+    as in one process). on_done(s, result), if given, is called in this process as each start
+    finishes (in the order they finish: a progress bar over the starts); on_wait(), if given,
+    every `poll_s` [s] while worker processes run (a bar showing their progress)."""
     global _START_JOB
+    done: dict = {}
+
+    def finished(s, result):
+        done[s] = result
+        if on_done is not None:
+            on_done(s, result)
+
+    def rest_here():
+        for s in range(n_starts):
+            if s not in done:
+                finished(s, job(s))
+        return [done[s] for s in range(n_starts)]
     w = start_workers(n_starts, workers)
     if w == 1:
-        return [job(s) for s in range(n_starts)]
+        return rest_here()
     import concurrent.futures as cf
     import multiprocessing as mp
     import os
@@ -58,19 +73,28 @@ def map_starts(job, n_starts: int, workers: int | None) -> list:
                                         initializer=_start_worker_init, initargs=(os.getpid(),))
         except OSError as exc:
             warn(f"excitation starts run in one process: no worker pool ({exc})")
-            return [job(s) for s in range(n_starts)]
+            return rest_here()
         try:
             with ex:
                 try:
-                    return list(ex.map(_run_start_job, range(n_starts)))
+                    futs = {ex.submit(_run_start_job, s): s for s in range(n_starts)}
+                    running = set(futs)
+                    while running:
+                        ready, running = cf.wait(running, timeout=poll_s,
+                                                 return_when=cf.FIRST_COMPLETED)
+                        for fut in ready:
+                            finished(futs[fut], fut.result())
+                        if on_wait is not None:
+                            on_wait()
+                    return [done[s] for s in range(n_starts)]
                 except BaseException:
                     interrupts.stop_pool(ex)    # interrupted: the starts are not waited for
                     raise
         except cf.process.BrokenProcessPool:
             interrupts.check()      # a Ctrl-C (to the whole group) ended the workers
             # a worker died (e.g. killed by the OOM killer): the starts are seeded by index,
-            # so running them here gives the result the pool would have
+            # so running the unfinished ones here gives the result the pool would have
             warn("an excitation start's worker process died; its starts re-run in this process")
-            return [job(s) for s in range(n_starts)]
+            return rest_here()
     finally:
         _START_JOB = None

@@ -210,6 +210,17 @@ def _verified(so: Path) -> bool:
 _announced = {"compile": False}
 
 
+def is_compiled(f: ca.Function) -> bool:
+    """True when :func:`compile_function` of `f` needs no C compiler run: its library is in the
+    code-generation cache (not verified here: that is done when it is loaded), or there is no
+    cache to compile into (the virtual machine is used)."""
+    folder = _cache_dir()
+    if folder is None:
+        return True
+    key = hashlib.sha256(f.serialize().encode()).hexdigest()[:20]
+    return (folder / f"{f.name()}_{key}.so").is_file()
+
+
 def compile_function(f: ca.Function) -> ca.Function:
     """The same Function as generated C compiled with the system C compiler (cached on disk,
     keyed by the function's serialized graph, verified by size and SHA-256 before loading).

@@ -470,8 +470,8 @@ def _unit(name) -> str:
 
 
 def _timing_rows(timings: dict) -> list:
-    """Steps, then "other" (the total minus the steps: start-up, imports, writing the folder,
-    the report), then the totals, so that the table adds up."""
+    """Steps, then "other" (the total minus the steps: arm model, design set-up, writing the
+    folder, the report), then the totals, so that the table adds up."""
     steps = {k: v for k, v in timings.items() if not str(k).startswith("total")}
     totals = {k: v for k, v in timings.items() if str(k).startswith("total")}
     rows = [[k, _fmt(v)] for k, v in steps.items()]
@@ -481,8 +481,8 @@ def _timing_rows(timings: dict) -> list:
     except (TypeError, ValueError):
         other = None
     if other is not None and other > 0:
-        rows.append(["other (not in a step: start-up, writing the run folder, report)",
-                     _fmt(other)])
+        rows.append(["other (not in a step: arm model, design set-up, writing the run "
+                     "folder, report)", _fmt(other)])
     return rows + [[k, _fmt(v)] for k, v in totals.items()]
 
 
@@ -607,7 +607,7 @@ def _trajectory_blocks(folder: Path) -> list[tuple]:
     timings = doc.get("timings_s") or {}
     if timings:
         B.append(("h", 2, "Timings"))
-        B.append(("table", ["step", "wall time [s]"], [[k, _fmt(v)] for k, v in timings.items()]))
+        B.append(("table", ["step", "wall time [s]"], _timing_rows(timings)))
     return B
 
 

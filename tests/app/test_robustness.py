@@ -218,18 +218,19 @@ def test_budget_estimate_refuses_absurd_runs_and_sweeps(tmp_path):
     paper = load_scenario(ROOT / "scenarios" / "paper_replication.yaml")
     mem = 16 * 1024 ** 3
     for s in (quick, paper):
-        assert over_budget(estimate_run(s), memory_bytes=mem) is None
+        assert over_budget(estimate_run(s, load=0.0), memory_bytes=mem) is None
     import dataclasses
     ex = dataclasses.replace(paper.trajectories.excitation, period_s=3600.0)
     long = dataclasses.replace(paper, trajectories=dataclasses.replace(paper.trajectories,
                                                                        excitation=ex))
-    est = estimate_run(long)
+    est = estimate_run(long, load=0.0)
     # measured: 6 min and 5.6 GB on the 2-core machine
     assert 3 * 60 < est.seconds < 20 * 60 and 3e9 < est.peak_bytes < 12e9
     assert "memory budget" in over_budget(est, memory_bytes=mem)
-    sweep = estimate_sweep(quick, 900_000, workers=2)
+    sweep = estimate_sweep(quick, 900_000, workers=2, load=0.0)
     assert "time budget" in over_budget(sweep, memory_bytes=mem)
-    assert over_budget(estimate_sweep(quick, 65, workers=2), memory_bytes=mem) is None
+    assert over_budget(estimate_sweep(quick, 65, workers=2, load=0.0),
+                       memory_bytes=mem) is None
 
 
 def test_yes_runs_beyond_the_budget_with_a_warning(capsys):
@@ -310,7 +311,7 @@ def test_large_scenario_file_refused(tmp_path):
 def test_ipopt_max_iter_is_not_a_failure():
     from identify.excitation.optimizer import ipopt_status_text
     assert ipopt_status_text("Maximum_Iterations_Exceeded", True, 100) == \
-        "optimizer stopped at max_iter (100) with a feasible trajectory"
+        "optimizer stopped at max_iter (100 it per IPOPT solve) with a feasible trajectory"
     assert "without a feasible" in ipopt_status_text("Maximum_Iterations_Exceeded", False)
     assert ipopt_status_text("Solve_Succeeded", True) == "solved"
 

@@ -122,3 +122,16 @@ def test_decomposition_is_not_under_measured_vs_predicted(tmp_path):
     measured = text.split("## Measured vs predicted")[1].split("\n## ")[0]
     assert "torque_decomposition" not in measured and "torque_validation" in measured
     assert "## Parts of the predicted torque" in text
+
+
+def test_trajectory_folder_timings_add_up_to_the_total(tmp_path):
+    """A trajectory folder's report (twinid trajectory) has the same "other" line as a run's."""
+    import yaml
+    (tmp_path / "trajectories.yaml").write_text(yaml.safe_dump({
+        "kind": "trajectories", "name": "t", "trajectories": {},
+        "timings_s": {"excitation trajectory": 1.5, "validation trajectory": 0.5, "total": 3.0}}))
+    md, _ = R.build_report(tmp_path)
+    rows = dict(re.findall(r"^\| ([^|]+?) \| ([\d.]+) \|$",
+                           md.read_text().split("## Timings")[1], re.M))
+    other = [v for k, v in rows.items() if k.startswith("other")]
+    assert other == ["1"] and float(rows["total"]) == 3.0, rows
