@@ -5,7 +5,7 @@ import hashlib
 import json
 from pathlib import Path
 import numpy as np
-from identify.common.fileio import atomic_write_bytes, read_yaml
+from identify.common.fileio import atomic_write_bytes, dump_yaml, read_yaml
 
 from .fourier import FourierTrajectory, to_plain
 from .problem import CACHE_VERSION, ExcitationResult
@@ -52,14 +52,13 @@ def problem_key(model, problem, bp, seed, n_starts, information0=None) -> str:
 
 def save_cache(path: Path, res: ExcitationResult) -> None:
     """Write `res` to the YAML file `path` (atomically), read back by :func:`load_cache`."""
-    import yaml
     d = {"trajectory": res.trajectory.to_dict(), "cond": res.cond, "cond_grid": res.cond_grid,
          "objective": res.objective, "solver_time_s": res.solver_time_s,
          "build_time_s": res.build_time_s, "limits_used": to_plain(res.limits_used),
          "max_ratio": to_plain(res.max_ratio), "starts": to_plain(res.starts), "n_base": res.n_base,
          "base_names": list(res.base_names), "problem": res.problem.to_dict(), "seed": res.seed,
          "n_starts": res.n_starts}
-    atomic_write_bytes(path, yaml.safe_dump(to_plain(d), sort_keys=False).encode())
+    atomic_write_bytes(path, dump_yaml(to_plain(d), sort_keys=False).encode())
 
 
 def load_cache(path: Path, problem) -> ExcitationResult | None:

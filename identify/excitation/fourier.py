@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from identify.common.fileio import atomic_savez, atomic_write_bytes, read_yaml
+from identify.common.fileio import atomic_savez, atomic_write_bytes, dump_yaml, read_yaml
 from identify.common.jsonutil import to_jsonable
 
 FORMAT = "twinid-fourier-trajectory"
@@ -235,8 +235,7 @@ class FourierTrajectory:
         path = Path(path)
         suffix = path.suffix.lower()
         if suffix in (".yaml", ".yml"):
-            import yaml
-            text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+            text = dump_yaml(self.to_dict(), sort_keys=False, default_flow_style=None)
             atomic_write_bytes(path, text.encode())
         elif suffix == ".npz":
             arrays = {"header": np.frombuffer(json.dumps(self.to_dict()).encode(), np.uint8)}
