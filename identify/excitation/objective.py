@@ -2,7 +2,6 @@
 solves: objective and exact gradient as generated C + numpy (:class:`_FastObjective`), or the
 CasADi graph for exact Hessians, with the limit and table-plane constraints on the grid."""
 from __future__ import annotations
-import contextlib
 import hashlib
 import math
 import time
@@ -10,6 +9,7 @@ from dataclasses import dataclass, field
 import casadi as ca
 import numpy as np
 from identify.common import interrupts
+from .iterations import IterationCallback
 from .cache import problem_key
 from .conditioning import base_regressor_function
 from .parametrization import free_basis, states_on_grid
@@ -66,7 +66,7 @@ class NLP:
             opts = dict(self.opts)
             if warm:
                 opts.update(WARM_START_OPTIONS)
-            it_cb = _IterationCallback("iterations", x.shape[0], g.shape[0])
+            it_cb = IterationCallback("iterations", x.shape[0], g.shape[0])
             opts["iteration_callback"] = it_cb
             self.subs[key] = (ca.nlpsol("excitation_screened", "ipopt", {"x": x, "f": f, "g": g},
                                         opts), cbs + [it_cb])
@@ -101,67 +101,6 @@ class NLP:
                 g.append(src[2] * out[0][out[1]:out[1] + k.size])
                 out[1] += k.size
         return (ca.vertcat(*g) if g else ca.MX(0, 1)), cbs
-
-
-# ------------------------------------------------------------------------------------------------
-# IPOPT's iterations, for progress bars
-# ------------------------------------------------------------------------------------------------
-#: where the running solve's iterations go: an object with ``iteration()`` (called once per
-#: IPOPT iteration), or None. Set by identify.excitation.optimizer (iteration_sink) around the
-#: starts it runs in this process; a forked start worker runs with None (its parent shows the
-#: starts' bar, not the workers' iterations)
-_SINK = {"sink": None}
-
-
-@contextlib.contextmanager
-def iteration_sink(sink):
-    """Send every IPOPT iteration of the solves within to ``sink.iteration()``."""
-    old = _SINK["sink"]
-    _SINK["sink"] = sink
-    try:
-        yield sink
-    finally:
-        _SINK["sink"] = old
-
-
-class _IterationCallback(ca.Callback):
-    """IPOPT's per-iteration callback (nlpsol option ``iteration_callback``): one call per
-    iteration to the current :func:`iteration_sink`. A pending interrupt stops the solve at the
-    iteration (a nonzero return: IPOPT's User_Requested_Stop; the optimizer's
-    interrupts.check() after the solve raises it)."""
-
-    def __init__(self, name: str, nx: int, ng: int, opts=None):
-        ca.Callback.__init__(self)
-        self.nx, self.ng = int(nx), int(ng)
-        self.construct(name, opts or {})
-
-    def get_n_in(self):
-        return ca.nlpsol_n_out()
-
-    def get_n_out(self):
-        return 1
-
-    def get_name_in(self, i):
-        return ca.nlpsol_out(i)
-
-    def get_name_out(self, i):
-        return "ret"
-
-    def get_sparsity_in(self, i):
-        name = ca.nlpsol_out(i)
-        if name == "f":
-            return ca.Sparsity.scalar()
-        if name in ("x", "lam_x"):
-            return ca.Sparsity.dense(self.nx)
-        if name in ("g", "lam_g"):
-            return ca.Sparsity.dense(self.ng)
-        return ca.Sparsity(0, 0)
-
-    def eval(self, arg):
-        sink = _SINK["sink"]
-        if sink is not None:
-            sink.iteration()
-        return [1 if interrupts.pending() is not None else 0]
 
 
 #: IPOPT options of a warm-started re-solve (see NLP.sub_solver)
@@ -512,7 +451,7 @@ def build_nlp(model, problem: ExcitationProblem, bp, constraint_stride: int = 1,
     ubg = np.concatenate(rows.ubg) if rows.ubg else np.zeros(0)
     lbx, ubx = _variable_bounds(v, lim)
     opts = _ipopt_options(problem)
-    it_cb = _IterationCallback("iterations", v.x.shape[0], G.shape[0])
+    it_cb = IterationCallback("iterations", v.x.shape[0], G.shape[0])
     solver = ca.nlpsol("excitation", "ipopt", {"x": v.x, "f": f, "g": G},
                        dict(opts, iteration_callback=it_cb))
     callbacks.append(it_cb)

@@ -96,7 +96,9 @@ from .fourier import FourierTrajectory, to_plain
 from .cache import load_cache, problem_key, save_cache
 from .conditioning import (CondEvaluator, base_parameters, collision_violation, enforce_dense,
                            limit_ratios, torque_violation, trajectory_cond)
-from .objective import _SINK, NLP, build_nlp, collision_model, iteration_sink
+from .iterations import (IterationBar, IterationCount, ipopt_status_text,  # noqa: F401
+                         iteration_sink, solve_finished, solve_started, stage, start_line)
+from .objective import NLP, build_nlp, collision_model
 from .parametrization import random_trajectory, to_trajectory, to_x
 from .problem import ExcitationInfeasible, ExcitationProblem, ExcitationResult, check_problem, resolve_start, scaled_limits
 from .workers import map_starts, start_workers
@@ -151,11 +153,11 @@ def screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitatio
         if warm is not None:
             args.update(lam_g0=warm[0][sel], lam_x0=warm[1])
         solver = nlp.sub_solver(keep, warm=warm is not None)
-        _solve_started(nlp)
+        solve_started(_max_iter(nlp))
         sol = solver(**args)
         interrupts.check()      # IPOPT turns an interrupt into a status: never take it as a result
         st = dict(solver.stats(), max_iter=_max_iter(nlp))
-        _solve_finished(int(st.get("iter_count", 0)))
+        solve_finished(int(st.get("iter_count", 0)))
         lam = np.zeros(lbg.size)
         lam[sel] = np.asarray(sol["lam_g"]).reshape(-1)
         sol = dict(sol, lam_g_all=lam)
@@ -215,30 +217,6 @@ def screened_solve(nlp: NLP, x0: np.ndarray, lbg: np.ndarray, problem: Excitatio
 def _max_iter(nlp: NLP) -> int:
     """IPOPT's iteration limit of each solve of `nlp` (its ``ipopt.max_iter`` option)."""
     return int((nlp.opts or {}).get("ipopt.max_iter", 3000))
-
-
-def _solve_started(nlp: NLP) -> None:
-    """Tell the iteration sink (identify.excitation.objective.iteration_sink) that an IPOPT
-    solve of `nlp` begins."""
-    sink = _SINK["sink"]
-    if sink is not None:
-        sink.solve_started(_max_iter(nlp))
-
-
-def _solve_finished(iterations: int) -> None:
-    """Tell the iteration sink that the IPOPT solve ended after `iterations` (its stats:
-    IPOPT's callback is also called in its restoration phase, so the live count is close, this
-    one exact)."""
-    sink = _SINK["sink"]
-    if sink is not None:
-        sink.solve_finished(iterations)
-
-
-def _stage(desc: str, s: int) -> None:
-    """Tell the iteration sink which stage (`desc`, of start `s`) the next solves belong to."""
-    sink = _SINK["sink"]
-    if sink is not None:
-        sink.stage(desc, s)
 
 
 def _worst_violation(nlp: NLP, x: np.ndarray, names, lbg=None) -> tuple[float, str]:
@@ -406,7 +384,7 @@ class _Starts:
         Returns (the start's entry of ExcitationResult.starts, the kept solve's result)."""
         rng = np.random.default_rng([self.seed, s])
         x0 = to_x(initial_guess(self.model, self.problem, rng, self.lim, self.caps), self.free)
-        _stage(f"{self.label} (start {s + 1}/{self.n_starts}, stage 1)", s)
+        stage(f"{self.label} (start {s + 1}/{self.n_starts}, stage 1)", s)
         # clearance rows are screened in both stages (most pairs stay far apart)
         r1 = self.solve(self.nlp, x0, self.nlp.lbg.copy(),
                         screen=self.coarse == 1 or self.caps is not None)
@@ -417,7 +395,7 @@ class _Starts:
                  "cond": float(cond), "feasible": bool(r1["ok"])}
         out = r1
         if r1["ok"] and self.nlp2 is not None:
-            _stage(f"{self.label} (start {s + 1}/{self.n_starts}, polish)", s)
+            stage(f"{self.label} (start {s + 1}/{self.n_starts}, polish)", s)
             entry, out = self.polish(entry, r1)
         return entry, out
 
@@ -441,11 +419,11 @@ class _Starts:
 
                 def waiting():
                     b.set_postfix_str(f"{sum(counts)} IPOPT it so far")
-                with iteration_sink(_IterationCount(counts)):     # inherited by the workers
+                with iteration_sink(IterationCount(counts)):     # inherited by the workers
                     return map_starts(self.run_start, self.n_starts, workers, on_done=done,
                                       on_wait=waiting)
             with bar(total=int(self.problem.max_iter), desc=self.label, unit="it") as ib, \
-                    iteration_sink(_IterationBar(ib)):
+                    iteration_sink(IterationBar(ib)):
                 return map_starts(self.run_start, self.n_starts, 1, on_done=done)
 
     def _report(self, s: int, entry: dict, feasible: bool) -> None:
@@ -703,106 +681,3 @@ def validation_trajectory(model, problem: ExcitationProblem | None = None, *, se
     pv = replace(problem, harmonics=Hv, wf=problem.wf if wf is None else float(wf))
     return optimize_excitation(model, pv, seed=seed, n_starts=n_starts, cache_dir=cache_dir,
                                progress=progress, bp=bp, label=label)
-
-
-#: IPOPT return statuses in words (identify.excitation.optimizer messages)
-_IPOPT_WORDS = {
-    "Solve_Succeeded": "solved",
-    "Solved_To_Acceptable_Level": "solved to the acceptable tolerance",
-    "Infeasible_Problem_Detected": "IPOPT found the constraints infeasible",
-    "Restoration_Failed": "IPOPT could not restore feasibility",
-    "Maximum_CpuTime_Exceeded": "stopped at the time limit",
-    "Invalid_Number_Detected": "IPOPT met NaN/inf in the problem functions",
-}
-
-
-def ipopt_status_text(status: str, feasible: bool, max_iter: int | None = None) -> str:
-    """An IPOPT return status in words. ``Maximum_Iterations_Exceeded`` is not a failure when the
-    iterate is feasible: the optimizer stopped at max_iter with a usable trajectory (only its
-    conditioning might have improved further). max_iter: the limit of that one IPOPT solve (a
-    start may run several solves: screening rounds, re-solves; start_line counts them)."""
-    if status == "Maximum_Iterations_Exceeded":
-        it = f" ({max_iter} it per IPOPT solve)" if max_iter else ""
-        return (f"optimizer stopped at max_iter{it} with a feasible trajectory" if feasible else
-                f"optimizer stopped at max_iter{it} without a feasible trajectory")
-    return _IPOPT_WORDS.get(status, f"IPOPT status {status}")
-
-
-def _iterations_text(iterations: int, solves: int) -> str:
-    """"120 it" (one IPOPT solve) or "200 it in 3 IPOPT solves"."""
-    return f"{iterations} it" + (f" in {solves} IPOPT solves" if solves > 1 else "")
-
-
-def start_line(label: str, s: int, n_starts: int, entry: dict, feasible: bool,
-               objective: str = "cond") -> str:
-    """The progress line of finished start `s` (0-based) of `label`'s optimization, from its
-    ExcitationResult.starts entry: the last solve's status against that solve's max_iter,
-    the iterations of every solve and how many solves they took (stage 1, then the polish),
-    the wall time [s] and the start's figure."""
-    st = ipopt_status_text(entry["status"], feasible, entry.get("max_iter"))
-    it = _iterations_text(int(entry["iterations"]), int(entry.get("solves", 1)))
-    if "polish_iterations" in entry:
-        it += " + polish " + _iterations_text(int(entry["polish_iterations"]),
-                                              int(entry.get("polish_solves", 1)))
-        if entry.get("polish_status") == "Maximum_Iterations_Exceeded":
-            it += f" (polish stopped at its max_iter {entry.get('polish_max_iter')})"
-    name = "cond" if objective == "cond" else objective
-    return (f"{label} start {s + 1}/{n_starts}: {st}, {it}, {entry['time_s']:.1f} s, "
-            f"{name} {entry['cond']:.4g}")
-
-
-class _IterationBar:
-    """The iteration sink (identify.excitation.objective.iteration_sink) of starts run in this
-    process: a tqdm bar over the running IPOPT solve's iterations, reset at every solve with
-    that solve's max_iter as total (its ETA: the time to max_iter at the current pace, an upper
-    bound) and described by the stage (:meth:`stage`); set to IPOPT's own count when the solve
-    ends."""
-
-    def __init__(self, bar):
-        self.bar, self.desc, self.first = bar, "", True
-
-    def stage(self, desc: str, s: int) -> None:
-        """Name the stage the next solves belong to ("validation (start 1/1, polish)"; of
-        start `s`)."""
-        self.desc = desc
-
-    def solve_started(self, max_iter: int) -> None:
-        """An IPOPT solve with `max_iter` iterations at most begins."""
-        self.bar.reset(total=int(max_iter))
-        self.bar.set_description(self.desc, refresh=False)
-        self.first = True
-
-    def iteration(self) -> None:
-        """IPOPT finished an iteration (its first call is iteration 0, the starting point)."""
-        if self.first:
-            self.first = False
-        elif self.bar.n < self.bar.total:
-            self.bar.update(1)
-
-    def solve_finished(self, iterations: int) -> None:
-        """The solve ended after `iterations` (IPOPT's count)."""
-        self.bar.n = min(int(iterations), int(self.bar.total or iterations))
-        self.bar.refresh()
-
-
-class _IterationCount:
-    """The iteration sink of starts run in worker processes: adds each IPOPT iteration of start
-    s to ``counts[s]`` (a shared-memory array the parent reads for its bar)."""
-
-    def __init__(self, counts):
-        self.counts, self.slot, self.first, self.base = counts, 0, True, 0
-
-    def stage(self, desc: str, s: int) -> None:
-        self.slot = int(s)
-
-    def solve_started(self, max_iter: int) -> None:
-        self.first, self.base = True, int(self.counts[self.slot])
-
-    def solve_finished(self, iterations: int) -> None:
-        self.counts[self.slot] = self.base + int(iterations)     # IPOPT's own count
-
-    def iteration(self) -> None:
-        if self.first:          # iteration 0: the starting point
-            self.first = False
-            return
-        self.counts[self.slot] += 1

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from identify.common import progress
-from identify.excitation.objective import iteration_sink
+from identify.excitation.iterations import IterationCount, iteration_sink
 from identify.excitation.optimizer import optimize_excitation, start_line, validation_trajectory
 from identify.excitation.problem import ExcitationProblem
 from identify.excitation.__main__ import load_model
@@ -30,9 +30,8 @@ def test_the_bars_iteration_counts_are_ipopts(arm, small):
     """The shared counters the worker processes fill (what the bar over the starts shows) end
     at each start's IPOPT iterations, stage 1 and polish, as its entry reports them."""
     import multiprocessing as mp
-    from identify.excitation.optimizer import _IterationCount
     counts = mp.get_context("fork").RawArray("l", 2)
-    with iteration_sink(_IterationCount(counts)):
+    with iteration_sink(IterationCount(counts)):
         res = optimize_excitation(arm, small, seed=0, n_starts=2, workers=1)
     assert list(counts) == [s["iterations"] + s.get("polish_iterations", 0)
                             for s in res.starts]
