@@ -74,7 +74,8 @@ def _legacy_save(fig, path, dpi=110):
 def _plots(scenario: Path, cache: Path, tmp: Path) -> dict:
     """Time the run folder's plots of one identification, current vs legacy drawing."""
     os.environ["TWINID_CACHE"] = str(cache)
-    from identify.app import pipeline, runfolder
+    from identify.app import pipeline
+    from identify.outputs import runfolder
     from identify.app.acquisition import record
     from identify.app.identification import identify_recordings
     from identify.app.trajectories import trajectories
@@ -126,7 +127,7 @@ def main() -> None:
                   f"{m['timings_s']['total']:.1f} s)")
         walls = []
         for _ in range(3):              # warm: the best of three (a noisy machine adds, never
-            wall, m = _run(scenario, tmp / "warm", cache)   # subtracts)
+            wall, m = _run(scenario, tmp / f"warm{len(walls)}", cache)   # subtracts)
             walls.append(wall)
         wall = min(walls)
         t0 = time.perf_counter()        # baseline in the same run: a Python with numpy + scipy
@@ -134,7 +135,7 @@ def main() -> None:
             subprocess.run([sys.executable, "-c", "import numpy, scipy"], check=True)
         base = (time.perf_counter() - t0) / 3
         t = m["timings_s"]
-        html = (tmp / "warm" / "report.html").stat().st_size
+        html = (tmp / f"warm{len(walls) - 1}" / "report.html").stat().st_size
         print(f"warm run : {wall:6.1f} s wall, {m['cpu_s']:.1f} s CPU (run's own total "
               f"{t['total']:.1f} s, plots "
               f"{t.get('plots', 0):.1f} s; process start + imports {wall - t['total']:.1f} s); "
