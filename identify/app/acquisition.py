@@ -15,7 +15,7 @@ from identify.backend.arm import BackendArm
 from identify.backend.interface import load_backend
 from identify.backend.interface import preflight as backend_preflight
 from identify.common import progress
-from identify.common.errors import SafetyRefusal
+from identify.common.errors import InputError, SafetyRefusal
 from identify.scenario.spec import Scenario
 
 
@@ -59,7 +59,9 @@ def record(scn: Scenario, trajs: dict, *, model=None, settings: dict | None = No
 def preflight(scn: Scenario, model=None, settings: dict | None = None) -> bool:
     """The backend's early refusal (identify.backend.preflight), before trajectories are
     optimized: a refusal (the backend's SafetyRefused, or any error marked safety_refusal) becomes
-    :class:`SafetyRefusal`; other errors propagate. True when the backend has a preflight."""
+    :class:`SafetyRefusal` (exit 4); a bad setting or a missing file or port (ValueError,
+    FileNotFoundError) :class:`InputError` (exit 2); other errors propagate. True when the
+    backend has a preflight."""
     settings = scn.backend_settings() if settings is None else settings
     try:
         return backend_preflight(scn.backend, backend_arm(scn, model), settings)
@@ -68,4 +70,6 @@ def preflight(scn: Scenario, model=None, settings: dict | None = None) -> bool:
         if "SafetyRefused" in names or getattr(exc, "safety_refusal", False):
             raise SafetyRefusal(f"the {scn.backend} backend refused before any trajectory was "
                                 f"optimized: {exc}") from exc
+        if isinstance(exc, (ValueError, FileNotFoundError)) and not isinstance(exc, InputError):
+            raise InputError(str(exc)) from exc
         raise

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from identify.backend.recording import Recording
+from identify.estimation.processing import MIN_SAMPLES
 from identify.estimation.signal import is_uniform, resample_uniform
 from identify.scenario.presets import PRESET_FORMAT
 from identify.scenario.spec import LogSpec
@@ -45,7 +46,7 @@ def select_window(spec: LogSpec, t: np.ndarray, where: str) -> slice:
     """The samples of the log's window: ``window_rows`` [first, stop) 0-based rows,
     ``window_s`` [start, stop] seconds from the first time stamp, ``window_t`` [start, stop] in
     the log's own time stamps (after time_scale) -- at most one of them. A window keeping fewer
-    than 4 samples is an error stating the log's span."""
+    samples than processing needs (MIN_SAMPLES) is an error stating the log's span."""
     given = [k for k in ("window_s", "window_t", "window_rows") if getattr(spec, k) is not None]
     if len(given) > 1:
         raise LogError(f"{where}: give one window, not {' and '.join(given)}")
@@ -63,9 +64,9 @@ def select_window(spec: LogSpec, t: np.ndarray, where: str) -> slice:
     span = (f"rows 0..{N}" if key == "window_rows" else
             f"0..{t[-1] - t[0]:g} s from its start" if key == "window_s" else
             f"time stamps {t[0]:g}..{t[-1]:g} s")
-    if b - a < 4:
-        raise LogError(f"{where}: {key} {[lo, hi]} keeps {max(b - a, 0)} samples (the log spans "
-                       f"{span})")
+    if b - a < MIN_SAMPLES:
+        raise LogError(f"{where}: {key} {[lo, hi]} keeps {max(b - a, 0)} samples (processing "
+                       f"needs at least {MIN_SAMPLES}; the log spans {span})")
     # a window reaching past the log's end (or before its start) keeps less than asked for
     dt = float(np.median(np.diff(t))) if N > 1 else 0.0
     past = (hi > N or lo < 0) if key == "window_rows" else \
