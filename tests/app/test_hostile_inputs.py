@@ -375,6 +375,12 @@ def contact_after_a_trajectory_file(tmp):
     return ["run", _write(tmp, d), "--out", str(tmp / "out")]
 
 
+def payload_10_t(tmp):                 # was blamed on the twin's PID gains
+    d = _base()
+    d["arm"]["payload"] = {"mass_kg": 10000.0, "com_m": [0.0, 0.0, 0.05]}
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
 def hardware_port_missing(tmp):
     d = _base()
     d["backend"] = "hardware"
@@ -454,6 +460,9 @@ CASES = [
     (contact_after_a_trajectory_file, 2, "closed_loop.collision.contact.time_s: 3.5 s is not "
                                          "within the validation trajectory the closed loop runs "
                                          "(0 .. 3 s"),
+    (payload_10_t, 2, "arm.payload.mass_kg: 10000 kg: the arm cannot hold this payload in any "
+                      "pose: in the most favourable of 512 poses sampled within the joint limits, "
+                      "joint joint"),
     (hardware_port_missing, 2, "hardware.iface: no network interface named 'twinid-none0'"),
     (dask_scheduler_unreachable, 2, "--dask / sweep.dask_address: no Dask scheduler answers at "
                                     "tcp://127.0.0.1:"),
