@@ -237,6 +237,11 @@ class FilterChain:
                                          self.butter_order)
         return sig.butter_filtfilt(x, self.rate_hz, self.butter_cutoff_hz, self.butter_order)
 
+    def per_segment(self, f, x: np.ndarray) -> np.ndarray:
+        """f(x) of a full-grid array (one recording: one segment; see
+        identify.estimation.segments.SegmentChains for stacked recordings)."""
+        return f(x)
+
     def select(self, x: np.ndarray) -> np.ndarray:
         """Trimming then decimation along axis 0: (n_full, ...) -> (N, ...)."""
         x = np.asarray(x)

@@ -501,7 +501,7 @@ def tripwire(monkeypatch):
     from identify.app import trajectories as T
     monkeypatch.setattr(T, "optimize_excitation", boom)
     monkeypatch.setattr(pipeline, "record", boom)
-    monkeypatch.setattr(pipeline, "load_log", boom)
+    monkeypatch.setattr(pipeline, "load_segments", boom)
     monkeypatch.setattr(sweep, "trajectories", boom)
 
 
