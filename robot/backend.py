@@ -50,6 +50,7 @@ from . import loop as L
 from .config import HardwareSettings, load_config
 from .plan import approach_duration, build_plan
 from .busreport import format_bus_report
+from .netif import interface_problem
 from .runfiles import RunIO, SignalGuard, check_free_space, new_record_dir, stop_claim, warn
 from .safety import (DEFAULT_POLICY, STEP_VELOCITY_FACTOR, Fault, SafetyError, SafetyRefused,
                      check_trajectory, run_limits, step_limit)
@@ -132,6 +133,10 @@ def preflight(arm: BackendArm | dict | None, settings: dict | None) -> HardwareS
     load_drives(_drives_path(arm), names)       # errors name the file, joint and key
     if arm.payload is not None:
         payload_params(arm.payload)
+    if s.iface:     # a missing or unusable port is found now, not after minutes of design work
+        why = interface_problem(s.iface)
+        if why:
+            raise ValueError(f"hardware.iface: {why}")
     return s
 
 

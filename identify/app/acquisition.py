@@ -15,7 +15,7 @@ from identify.backend.arm import BackendArm
 from identify.backend.interface import load_backend
 from identify.backend.interface import preflight as backend_preflight
 from identify.common import progress
-from identify.common.errors import SafetyRefusal
+from identify.common.errors import InputError, SafetyRefusal
 from identify.scenario.spec import Scenario
 
 
@@ -56,11 +56,28 @@ def record(scn: Scenario, trajs: dict, *, model=None, settings: dict | None = No
     return recs
 
 
+def check_payload_hold(scn: Scenario, model) -> None:
+    """arm.payload within what the arm can hold (identify.model.payload.hold_problem): a 10 t
+    payload was found by the twin's position loop and blamed on its PID gains. Raises
+    ScenarioError at arm.payload.mass_kg (exit 2)."""
+    from identify.model.payload import hold_problem, payload_in_model_frame
+    from identify.scenario.load import scenario_error
+    why = hold_problem(model, payload_in_model_frame(scn.arm.urdf, model, scn.arm.payload))
+    if why:
+        raise scenario_error(scn, ("arm", "payload", "mass_kg"),
+                             f"{scn.arm.payload.mass_kg:g} kg: {why}")
+
+
 def preflight(scn: Scenario, model=None, settings: dict | None = None) -> bool:
     """The backend's early refusal (identify.backend.preflight), before trajectories are
-    optimized: a refusal (the backend's SafetyRefused, or any error marked safety_refusal) becomes
-    :class:`SafetyRefusal`; other errors propagate. True when the backend has a preflight."""
+    optimized: arm.payload is checked against what the arm can hold (:func:`check_payload_hold`,
+    exit 2); a refusal (the backend's SafetyRefused, or any error marked safety_refusal) becomes
+    :class:`SafetyRefusal` (exit 4); a bad setting or a missing file or port (ValueError,
+    FileNotFoundError) :class:`InputError` (exit 2); other errors propagate. True when the
+    backend has a preflight."""
     settings = scn.backend_settings() if settings is None else settings
+    if scn.arm.payload is not None and model is not None:
+        check_payload_hold(scn, model)
     try:
         return backend_preflight(scn.backend, backend_arm(scn, model), settings)
     except Exception as exc:  # noqa: BLE001 -- classified below
@@ -68,4 +85,6 @@ def preflight(scn: Scenario, model=None, settings: dict | None = None) -> bool:
         if "SafetyRefused" in names or getattr(exc, "safety_refusal", False):
             raise SafetyRefusal(f"the {scn.backend} backend refused before any trajectory was "
                                 f"optimized: {exc}") from exc
+        if isinstance(exc, (ValueError, FileNotFoundError)) and not isinstance(exc, InputError):
+            raise InputError(str(exc)) from exc
         raise

@@ -102,17 +102,17 @@ def _plan(scn, box: dict) -> list[str]:
     if scn.fit is not None and scn.fit.excitation is not None and scn.backend != "hardware" \
             and scn.fit.excitation.file is not None:
         return ["none: twinid fit identifies from the logs (twinid run would design them)"]
-    from .trajectories import cache_state, load_trajectory_file
+    from .trajectories import cache_state, check_contact_time, load_trajectory_file
     m = _model(scn, box)
     box["cache_state"] = state = cache_state(scn, m)
     plan = state["plan"]
-    out = []
+    out, files = [], {}
     for label in LABELS:
         spec = getattr(scn.trajectories, label)
         what = f"{label}: {spec.period_s:g} s x {spec.periods}"
         p = plan[label]
         if p.kind == "file":
-            tr = load_trajectory_file(spec.file, label, m.n)
+            files[label] = tr = load_trajectory_file(spec.file, label, m.n)
             out.append(f"{what}: from file {spec.file} ({tr.n_harmonics} harmonics)")
         elif p.kind == "held":
             out.append(f"{what}: to optimize with the held data ({len(spec.held)} entries; "
@@ -122,6 +122,7 @@ def _plan(scn, box: dict) -> list[str]:
                 f"cached ({p.folder})" if p.kind == "cached" else
                 f"to optimize ({spec.starts} start(s), seed {spec.seed}"
                 + (", not cached)" if p.folder is None else f"; then cached in {p.folder})")))
+    check_contact_time(scn, files)
     return out
 
 

@@ -27,7 +27,7 @@ from identify.scenario.spec import Scenario
 
 from .acquisition import backend_arm, preflight
 from .inputs import build_model, log_specs, resolved_scenario, run_info
-from .trajectories import get_trajectory
+from .trajectories import check_contact_time, get_trajectory, load_trajectory_file
 from .truth import true_link_parameters
 
 __all__ = ["closed_loop_run", "control_only"]
@@ -141,6 +141,9 @@ def control_only(scn: Scenario, out, command: str, log=None):
         control = ControlOutcome(payload=res)
     else:
         label = scn.closed_loop.trajectory
+        spec = getattr(scn.trajectories, label)
+        check_contact_time(scn, {label: load_trajectory_file(spec.file, label, model.n)}
+                           if spec.source == "file" else {})
         with progress.step(f"{label} trajectory", run.timings):
             tr, info = get_trajectory(getattr(scn.trajectories, label), model,
                                       scn.identification.friction_terms, label)

@@ -25,7 +25,7 @@ from identify.common.fileio import atomic_write_text, write_yaml
 from identify.excitation.export import DEFAULT_RATE_HZ
 from identify.excitation.plots import plot_trajectory
 from identify.logs.held import load_held
-from identify.logs.load import gains_from_drives, load_log
+from identify.logs.load import gains_from_drives, load_segments
 from identify.outputs import layout
 from identify.outputs.plotpool import plot_pool
 from identify.outputs.render import console_summary, trajectory_document
@@ -204,9 +204,7 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
             plot_pool(scn.outputs.plots) as pool:
         warnings: list = []
         with progress.step("reading logs", timings):
-            recs = {label: load_log(spec, model.joint_names, gains=gains, model=model,
-                                    warnings=warnings)
-                    for label, spec in specs.items()}
+            recs, segments = log_segments(specs, model, gains, warnings)
         try:        # an explicit joint model the logs cannot support: refused before fitting
             resolve_joint_model(scn.identification.joint_model,
                                 recs["excitation"].tau_j is not None,
@@ -218,8 +216,10 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
         for msg in warnings:
             progress.message(f"warning: {msg}")
         scn = log_processing(scn, recs)
+        held = (load_held(scn, model.joint_names, model, warnings)
+                if scn.trajectories.excitation.held else []) + segments
         ident = identify_recordings(scn, model, recs, timings=timings, want_truth=False,
-                                    from_logs=True)
+                                    from_logs=True, held=held or None)
         ident.warnings[:0] = warnings
         run = run_info(scn, "fit", timings, backend="logs")
         run.trajectories = {label: TrajectoryInfo(
@@ -229,6 +229,31 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
             for label, rec in recs.items()}
         return _write_identification(folder, scn, ident, run, t0, trajs=None, recs=recs,
                                      plots=pool)
+
+
+def log_segments(specs: dict, model, gains, warnings: list) -> tuple[dict, list]:
+    """The fit's logs read (identify.logs.load.load_segments): label -> the longest gap-free
+    segment of each log, and [HeldRecording] of the excitation log's other segments, which the
+    fit stacks under it (identify.app.identification.stack_held: no filter across a gap). The
+    validation log's other segments are left out, with a warning."""
+    from identify.logs.held import HeldRecording
+    recs, extra = {}, []
+    for label, spec in specs.items():
+        segs = load_segments(spec, model.joint_names, gains=gains, model=model,
+                             warnings=warnings)
+        k = max(range(len(segs)), key=lambda i: segs[i].n_samples)
+        recs[label] = segs[k]
+        others = [s for i, s in enumerate(segs) if i != k]
+        if label == "excitation":
+            extra += [HeldRecording(
+                key=f"fit.excitation segment {s.meta['log']['segment']['index'] + 1} of "
+                    f"{len(segs)}", source=str(spec.file), kind="segment", file=str(spec.file),
+                recording=s) for s in others]
+        elif others:
+            a, b = segs[k].meta["log"]["segment"]["span_s"]
+            warnings.append(f"{spec.file}: validated on its longest segment ({a:.3f}..{b:.3f} s "
+                            f"from the log's start); the {len(others)} other(s) are left out")
+    return recs, extra
 
 
 def trajectories_only(scn: Scenario, out=None, *, force: bool = False,

@@ -260,6 +260,16 @@ def run_sweep(scn: Scenario, out=None, *, dask_address: str | None = None,
     require_backend_files(scn)
     _check_sweep_budget(scn, workers, yes)
     tasks, points = grid(scn)
+    client = _dask_client(address) if address else None   # reached before any design work
+    try:
+        return _sweep(scn, out, tasks, points, client, address, workers)
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _sweep(scn: Scenario, out, tasks, points, client, address, workers) -> SweepResult:
+    """run_sweep after its checks: the folder, the trajectories, the runs, the summary."""
     folder = _prepare_folder(scn, out)
     timings: dict = {}
     model = build_model(scn)
@@ -280,7 +290,7 @@ def run_sweep(scn: Scenario, out=None, *, dask_address: str | None = None,
     if todo:
         bar = progress.bar(total=len(todo), desc="sweep runs", unit="run")
         try:
-            for task, res, err in _execute(scn, trajs, todo, address, workers):
+            for task, res, err in _execute(scn, trajs, todo, client, workers):
                 if err is None:
                     _atomic_json(folder / "runs" / f"{task.run_id}.json", res)
                     (fdir / f"{task.run_id}.json").unlink(missing_ok=True)
@@ -302,23 +312,43 @@ def run_sweep(scn: Scenario, out=None, *, dask_address: str | None = None,
     return SweepResult(folder, summary, ran, skipped)
 
 
-def _execute(scn, trajs, todo, address, workers):
-    """Yield (task, result, None) or (task, None, error text) as tasks complete (any order).
-    A task that raises does not stop the others."""
-    if address:
-        try:
-            from distributed import Client, as_completed
-        except ImportError:
-            raise RuntimeError("Dask distributed is not installed: pip install 'dask[distributed]'"
-                               ) from None
-        client = Client(address, timeout="20s")
-        try:
-            futs = {client.submit(run_task, scn, trajs, t, key=f"twinid-{t.run_id}-{id(todo)}",
-                                  pure=False): t for t in todo}
-            for fut in as_completed(futs):
-                yield _outcome(futs[fut], fut)
-        finally:
-            client.close()
+def _dask_client(address: str):
+    """A Client of the Dask scheduler at `address`; a scheduler that does not answer within
+    20 s is an InputError naming the address (exit 2), before any trajectory is designed."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise RuntimeError("Dask distributed is not installed: pip install 'dask[distributed]'"
+                           ) from None
+    try:
+        _probe(address)
+        return Client(address, timeout="20s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise InputError(f"--dask / sweep.dask_address: no Dask scheduler answers at {address} "
+                         f"({type(exc).__name__}: {exc}); start one (dask scheduler) or fix the "
+                         f"address") from None
+
+
+def _probe(address: str) -> None:
+    """Open and close a TCP connection to a tcp:// / tls:// scheduler address: a refused or
+    unroutable one fails at once (OSError), where the Dask client retries until its timeout."""
+    import socket
+    from urllib.parse import urlsplit
+    u = urlsplit(address if "://" in address else f"tcp://{address}")
+    if u.scheme in ("tcp", "tls") and u.hostname and u.port:
+        socket.create_connection((u.hostname, u.port), timeout=5.0).close()
+
+
+def _execute(scn, trajs, todo, client, workers):
+    """Yield (task, result, None) or (task, None, error text) as tasks complete (any order),
+    on the Dask `client`, else on local processes. A task that raises does not stop the
+    others."""
+    if client is not None:
+        from distributed import as_completed
+        futs = {client.submit(run_task, scn, trajs, t, key=f"twinid-{t.run_id}-{id(todo)}",
+                              pure=False): t for t in todo}
+        for fut in as_completed(futs):
+            yield _outcome(futs[fut], fut)
         return
     n = max(1, min(int(workers or os.cpu_count() or 1), len(todo)))
     ctx = mp.get_context("spawn")   # fresh interpreters: no inherited simulator or solver state

@@ -252,6 +252,24 @@ def check_designs(scn: Scenario, model, terms, ctx: DesignContext, files: dict) 
             raise scenario_error(scn, key, f"{what}{exc}") from None
 
 
+def check_contact_time(scn: Scenario, files: dict) -> None:
+    """The collision run's contact (closed_loop.collision.contact.time_s) starts within the one
+    period of trajectories.<closed_loop.trajectory> the closed loop runs: refused before any
+    design work (it was found after the identification). `files`: label -> trajectory read
+    from trajectories.<label>.file. Raises ScenarioError (exit 2)."""
+    cl = scn.closed_loop
+    if cl is None or not cl.collision.enabled or scn.backend != "twin":
+        return
+    label = cl.trajectory
+    period = files[label].period if label in files else \
+        getattr(scn.trajectories, label).period_s
+    t0 = float(cl.collision.contact.time_s)
+    if not t0 < period:
+        raise scenario_error(scn, ("closed_loop", "collision", "contact", "time_s"),
+                             f"{t0:g} s is not within the {label} trajectory the closed loop "
+                             f"runs (0 .. {period:g} s: one period)")
+
+
 def get_trajectory(spec: TrajectorySpec, model, terms, label: str,
                    ctx: DesignContext | None = None, information0=None
                    ) -> tuple[FourierTrajectory, TrajectoryInfo]:
@@ -412,6 +430,7 @@ def trajectories(scn: Scenario, model, timings: dict | None = None, held=None) -
         spec = getattr(scn.trajectories, label)
         if spec.source == "file":
             files[label] = load_trajectory_file(spec.file, label, model.n)
+    check_contact_time(scn, files)
     ctx = design_context(scn, model, terms)
     check_designs(scn, model, terms, ctx, files)
     F0, sources = None, []

@@ -320,7 +320,8 @@ def term_design(processed, n: int, terms, *, tau_load: np.ndarray | None = None,
             out[term] = term_columns(term, qd, dt=0.0, tau_load=tau_load, shape=shape(term.eps))
         elif term.kind in _NONLINEAR and full is not None:
             from .processing import filter_columns
-            raw = term_columns(term, np.asarray(full, float), dt=1.0 / chain.rate_hz)
+            raw = chain.per_segment(lambda x, term=term: term_columns(
+                term, x, dt=1.0 / chain.rate_hz), np.asarray(full, float))
             out[term] = filter_columns(raw, chain, f"joint term {term.label} from qd_full")
         else:
             out[term] = term_columns(term, qd, qdd, dt=sample_interval(d))

@@ -237,6 +237,11 @@ class FilterChain:
                                          self.butter_order)
         return sig.butter_filtfilt(x, self.rate_hz, self.butter_cutoff_hz, self.butter_order)
 
+    def per_segment(self, f, x: np.ndarray) -> np.ndarray:
+        """f(x) of a full-grid array (one recording: one segment; see
+        identify.estimation.segments.SegmentChains for stacked recordings)."""
+        return f(x)
+
     def select(self, x: np.ndarray) -> np.ndarray:
         """Trimming then decimation along axis 0: (n_full, ...) -> (N, ...)."""
         x = np.asarray(x)
@@ -424,13 +429,18 @@ def process(recording: Recording, settings: ProcessingSettings | None = None,
                      fit_mask=mask, delay_s=delay_s)
 
 
+#: the fewest samples processing takes (central differences and the filters' edges need them)
+MIN_SAMPLES = 8
+
+
 def _checked_channels(rec: Recording, ps: ProcessingSettings, trajectory) -> dict:
     """Step 1: the channels processing uses, {name: (N, n)} ("q" is the commanded position with
     velocity="command" and no trajectory), each checked finite; the time stamps checked against
     the nominal rate. ValueError naming the missing channel or the bad sample."""
     names = list(rec.joint_names)
-    if rec.n_samples < 8:
-        raise ValueError(f"recording has {rec.n_samples} samples; processing needs at least 8")
+    if rec.n_samples < MIN_SAMPLES:
+        raise ValueError(f"recording has {rec.n_samples} samples; processing needs at least "
+                         f"{MIN_SAMPLES}")
     sig.check_finite(rec.t, "recording.t")
     sig.check_rate(rec.t, float(rec.rate_hz), where="recording")
     use_cmd = ps.velocity == "command"

@@ -24,14 +24,29 @@ class SegmentChains:
     chains: tuple
     n_full: int
 
-    def apply(self, x: np.ndarray, what: str = "columns") -> np.ndarray:
-        x = np.asarray(x, dtype=float)
+    @property
+    def rate_hz(self) -> float:
+        """Rate of the segments' full grids [Hz] (one rate: :func:`concatenate` checks it)."""
+        return float(self.chains[0].rate_hz)
+
+    def _cuts(self, x: np.ndarray, what: str) -> np.ndarray:
         if x.ndim < 1 or x.shape[0] != self.n_full:
             raise ValueError(f"{what}: has {x.shape[0] if x.ndim else 0} samples along axis 0, "
                              f"the concatenated segments' full grids have {self.n_full}")
-        cuts = np.cumsum([0] + [c.n_full for c in self.chains])
+        return np.cumsum([0] + [c.n_full for c in self.chains])
+
+    def apply(self, x: np.ndarray, what: str = "columns") -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        cuts = self._cuts(x, what)
         return np.concatenate([c.apply(x[a:b], f"{what} (segment {k})") for k, (c, a, b)
                                in enumerate(zip(self.chains, cuts[:-1], cuts[1:]))])
+
+    def per_segment(self, f, x: np.ndarray) -> np.ndarray:
+        """f over each segment's part of the full-grid array x (axis 0), concatenated: a column
+        that depends on the samples before it (the Dahl state) restarts at every seam."""
+        x = np.asarray(x, dtype=float)
+        cuts = self._cuts(x, "per-segment columns")
+        return np.concatenate([f(x[a:b]) for a, b in zip(cuts[:-1], cuts[1:])])
 
 
 def concatenate(parts: list) -> Processed:

@@ -7,7 +7,7 @@ after the import's unit conversion; ``fit.*.check_units: false`` turns them off.
 | positions beyond the URDF limits by more than max(0.5 rad, 25 % of the range) | degrees read as radians | ``position_unit: deg`` |
 | positions beyond the limits by less | the arm's zero differs from the URDF's, or wrong joints | (warning) |
 | sample rate < 10 Hz or > 100 kHz | milliseconds / microseconds / nanoseconds read as seconds, or the reverse | ``time_scale`` |
-| a time step longer than MAX_GAP_SAMPLES sample periods | samples lost (a gap the resampling would fill by interpolation) | ``window_s`` / ``window_t`` |
+| a time step longer than MAX_GAP_SAMPLES sample periods | samples lost (a gap the resampling would fill by interpolation); the fit's own logs are split there instead (identify.logs.load.load_segments) | ``window_s`` / ``window_t`` |
 | after ``position_unit: deg`` no joint spans more than 2 pi "degrees" | a log in radians read as degrees | ``position_unit: rad`` |
 | motor torque against the URDF's rigid-body torque on the log's motion with a negative slope | a current gain or the current's sign flipped on that joint | ``current_gains`` |
 | 99th-percentile motor torque > 5x the URDF effort limit, or 50x away from the URDF's gravity torque (plus a friction allowance of 10 % of the effort limit) on half of the joints | current gains in the wrong unit (mA, or per motor side) | ``current_gains`` |
@@ -28,17 +28,30 @@ _SCALES = (1e-3, 1e-6, 1e-9, 1e3)
 MAX_GAP_SAMPLES = 10
 
 
+def gap_indices(t: np.ndarray, rate_hz: float) -> np.ndarray:
+    """(g,) indices i of the time steps t[i] -> t[i + 1] longer than MAX_GAP_SAMPLES / rate_hz
+    (lost samples: no interpolation may bridge them)."""
+    return np.flatnonzero(np.diff(t) > MAX_GAP_SAMPLES / float(rate_hz))
+
+
+def gap_spans(t: np.ndarray, gaps: np.ndarray, loc) -> str:
+    """The gaps' spans in words, from the log's start (at most 3, then a count)."""
+    dt = np.diff(t)
+    spans = ", ".join(f"{t[i] - t[0]:.3f}..{t[i + 1] - t[0]:.3f} s ({dt[i]:.3g} s, after "
+                      f"{loc(int(i))})" for i in gaps[:3])
+    return spans + (f" and {gaps.size - 3} more" if gaps.size > 3 else "")
+
+
 def check_gaps(t: np.ndarray, rate_hz: float, where: str, loc) -> None:
     """Refuse time steps longer than MAX_GAP_SAMPLES / rate_hz (lost samples), naming each gap's
     span (at most 3) and the window that avoids the longest. loc(i): sample i in words.
-    Always checked (check_units does not turn it off): filled gaps are invented data."""
+    Always checked (check_units does not turn it off): filled gaps are invented data. (The fit's
+    own logs are split at their gaps instead: identify.logs.load.load_segments.)"""
     dt = np.diff(t)
-    gaps = np.flatnonzero(dt > MAX_GAP_SAMPLES / float(rate_hz))
+    gaps = gap_indices(t, rate_hz)
     if not gaps.size:
         return
-    spans = ", ".join(f"{t[i] - t[0]:.3f}..{t[i + 1] - t[0]:.3f} s ({dt[i]:.3g} s, after "
-                      f"{loc(int(i))})" for i in gaps[:3])
-    more = f" and {gaps.size - 3} more" if gaps.size > 3 else ""
+    spans, more = gap_spans(t, gaps, loc), ""
     k = int(gaps[np.argmax(dt[gaps])])
     before, after = t[k] - t[0], t[-1] - t[k + 1]
     hint = (f"window_s: [0, {before:.3f}]" if before >= after else

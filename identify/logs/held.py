@@ -20,7 +20,8 @@ from .readers import LogError
 @dataclass
 class HeldRecording:
     """One held entry, read. key: its scenario key (``trajectories.excitation.held[i]``);
-    source: the path given (run folder, recording or log file); kind: run | recording | log;
+    source: the path given (run folder, recording or log file); kind: run | recording | log
+    (segment: a part of the fit's excitation log between two gaps, identify.app.pipeline);
     file: the file the samples came from; recording: the samples."""
     key: str
     source: str

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from identify.backend.recording import Recording
+from identify.estimation.processing import MIN_SAMPLES
 from identify.estimation.signal import is_uniform, resample_uniform
 from identify.scenario.presets import PRESET_FORMAT
 from identify.scenario.spec import LogSpec
@@ -26,7 +27,8 @@ from identify.scenario.spec import LogSpec
 from . import guards
 from .readers import CHANNELS, LogError, read_csv, read_npz, read_text, sniff_format
 
-__all__ = ["LogError", "load_log", "gains_from_drives", "CHANNELS", "select_window"]
+__all__ = ["LogError", "load_log", "load_segments", "gains_from_drives", "CHANNELS",
+           "select_window"]
 
 _UNIFORM_TOL = 0.01  # relative step deviation below which a log counts as uniformly sampled
 
@@ -45,7 +47,7 @@ def select_window(spec: LogSpec, t: np.ndarray, where: str) -> slice:
     """The samples of the log's window: ``window_rows`` [first, stop) 0-based rows,
     ``window_s`` [start, stop] seconds from the first time stamp, ``window_t`` [start, stop] in
     the log's own time stamps (after time_scale) -- at most one of them. A window keeping fewer
-    than 4 samples is an error stating the log's span."""
+    samples than processing needs (MIN_SAMPLES) is an error stating the log's span."""
     given = [k for k in ("window_s", "window_t", "window_rows") if getattr(spec, k) is not None]
     if len(given) > 1:
         raise LogError(f"{where}: give one window, not {' and '.join(given)}")
@@ -63,9 +65,9 @@ def select_window(spec: LogSpec, t: np.ndarray, where: str) -> slice:
     span = (f"rows 0..{N}" if key == "window_rows" else
             f"0..{t[-1] - t[0]:g} s from its start" if key == "window_s" else
             f"time stamps {t[0]:g}..{t[-1]:g} s")
-    if b - a < 4:
-        raise LogError(f"{where}: {key} {[lo, hi]} keeps {max(b - a, 0)} samples (the log spans "
-                       f"{span})")
+    if b - a < MIN_SAMPLES:
+        raise LogError(f"{where}: {key} {[lo, hi]} keeps {max(b - a, 0)} samples (processing "
+                       f"needs at least {MIN_SAMPLES}; the log spans {span})")
     # a window reaching past the log's end (or before its start) keeps less than asked for
     dt = float(np.median(np.diff(t))) if N > 1 else 0.0
     past = (hi > N or lo < 0) if key == "window_rows" else \
@@ -76,9 +78,34 @@ def select_window(spec: LogSpec, t: np.ndarray, where: str) -> slice:
     return slice(a, b)
 
 
+#: a part of a log between two gaps shorter than this [s] is left out of the fit (the filters'
+#: edges and the differentiation take its samples; it carries next to no excitation)
+MIN_SEGMENT_S = 1.0
+
+
 def load_log(spec: LogSpec, joint_names, *, gains=None, where: str | None = None,
              model=None, warnings: list | None = None) -> Recording:
-    """Read the log described by `spec` as a uniformly sampled :class:`Recording`.
+    """Read the log described by `spec` as one uniformly sampled :class:`Recording`; a time
+    step longer than guards.MAX_GAP_SAMPLES periods (lost samples) is refused
+    (:func:`load_segments` splits the log there instead). Arguments and result as
+    :func:`load_segments`' single segment."""
+    return _load(spec, joint_names, gains, where, model, warnings, split=False)[0]
+
+
+def load_segments(spec: LogSpec, joint_names, *, gains=None, where: str | None = None,
+                  model=None, warnings: list | None = None) -> list[Recording]:
+    """The log's contiguous segments: split at every time step longer than
+    guards.MAX_GAP_SAMPLES sample periods (samples lost: no interpolation may fill them), each
+    resampled on its own; segments shorter than MIN_SEGMENT_S [s] are left out. A log without
+    gaps is one segment. What was split and left out is appended to `warnings`, naming the file
+    and the spans; LogError when no segment is long enough. Segment k carries
+    ``meta['log']['segment']`` = {index, of, span_s: [first, last] [s] from the log's start}."""
+    return _load(spec, joint_names, gains, where, model, warnings, split=True)
+
+
+def _load(spec: LogSpec, joint_names, gains, where, model, warnings, *, split: bool
+          ) -> list[Recording]:
+    """Read the log described by `spec` as uniformly sampled :class:`Recording` segments.
 
     Args:
         spec: the log description (file, format, preset, columns, units, window, rate).
@@ -89,8 +116,9 @@ def load_log(spec: LogSpec, joint_names, *, gains=None, where: str | None = None
         model: the RobotModel, for the unit guards (limits, rigid-body torque); None skips the
             position and torque guards.
         warnings: list the guards' warnings are appended to.
+        split: cut the log at its gaps (else a gap is refused).
     Returns:
-        Recording with t (N,) [s] starting where the log (window) starts, q [rad], and whichever
+        [Recording] with t (N,) [s] the log's time stamps (of the window), q [rad], and whichever
         of qd [rad/s], tau_j, i_m [A], tau_m [N*m] were mapped; ``meta['log']`` records the import.
     """
     if spec.file is None:
@@ -152,24 +180,62 @@ def load_log(spec: LogSpec, joint_names, *, gains=None, where: str | None = None
                                      from_currents=ch["i_m"] is not None)
     dt = np.diff(t)
     rate = float(spec.rate_hz) if spec.rate_hz else 1.0 / float(np.median(dt))
-    guards.check_gaps(t, rate, where, lambda i: _loc(fmt, row0 + int(win.start or 0) + i))
-    resampled = not is_uniform(t, rate, _UNIFORM_TOL)
-    if resampled:
-        present = [k for k, v in ch.items() if v is not None]
-        stacked = np.concatenate([ch[k] for k in present], axis=1)
-        tu, xu = resample_uniform(t, stacked, rate, method="cubic")
-        parts = np.split(xu, len(present), axis=1)
-        ch = {k: None for k in CHANNELS} | dict(zip(present, parts))
-        t = tu
-    meta = dict(meta)
-    meta["log"] = {"file": str(path), "format": fmt, "preset": spec.preset,
-                   "resampled": bool(resampled), "rate_hz": rate,
-                   "window": {k: list(getattr(spec, k)) for k in ("window_s", "window_t",
-                                                                   "window_rows")
-                              if getattr(spec, k) is not None} or None,
-                   "channels": [k for k, v in ch.items() if v is not None]}
-    return Recording(t=t, q=ch["q"], rate_hz=rate, joint_names=names, tau_j=ch["tau_j"],
-                     i_m=ch["i_m"], tau_m=ch["tau_m"], qd=ch["qd"], meta=meta, drive_truth=dtruth)
+    loc = lambda i: _loc(fmt, row0 + int(win.start or 0) + i)     # noqa: E731
+    if not split:
+        guards.check_gaps(t, rate, where, loc)
+    spans = _segments(t, rate, where, loc, warnings) if split else [(0, t.shape[0])]
+    window = {k: list(getattr(spec, k)) for k in ("window_s", "window_t", "window_rows")
+              if getattr(spec, k) is not None} or None
+    out = []
+    for k, (a, b) in enumerate(spans):
+        ts, cs = t[a:b], {c: None if v is None else v[a:b] for c, v in ch.items()}
+        resampled = not is_uniform(ts, rate, _UNIFORM_TOL)
+        if resampled:
+            ts, cs = _resampled(ts, cs, rate)
+        m = dict(meta)
+        m["log"] = {"file": str(path), "format": fmt, "preset": spec.preset,
+                    "resampled": bool(resampled), "rate_hz": rate, "window": window,
+                    "channels": [c for c, v in cs.items() if v is not None]}
+        if len(spans) > 1:
+            m["log"]["segment"] = {"index": k, "of": len(spans),
+                                   "span_s": [float(t[a] - t[0]), float(t[b - 1] - t[0])]}
+        out.append(Recording(t=ts, q=cs["q"], rate_hz=rate, joint_names=names, tau_j=cs["tau_j"],
+                             i_m=cs["i_m"], tau_m=cs["tau_m"], qd=cs["qd"], meta=m,
+                             drive_truth=dtruth))
+    return out
+
+
+def _resampled(t: np.ndarray, ch: dict, rate: float) -> tuple[np.ndarray, dict]:
+    """(t, channels) resampled onto a uniform grid at `rate` [Hz] (cubic; no step longer than
+    guards.MAX_GAP_SAMPLES periods is left to bridge)."""
+    present = [k for k, v in ch.items() if v is not None]
+    tu, xu = resample_uniform(t, np.concatenate([ch[k] for k in present], axis=1), rate,
+                              method="cubic")
+    return tu, {k: None for k in CHANNELS} | dict(zip(present, np.split(xu, len(present), axis=1)))
+
+
+def _segments(t: np.ndarray, rate: float, where: str, loc, warnings: list) -> list:
+    """[(first, stop)] sample ranges of the log's parts between its gaps that are at least
+    MIN_SEGMENT_S [s] long; the split and what was left out appended to `warnings`."""
+    gaps = guards.gap_indices(t, rate)
+    if not gaps.size:
+        return [(0, t.shape[0])]
+    edges = np.concatenate([[0], gaps + 1, [t.shape[0]]])
+    parts = list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+    keep = [(a, b) for a, b in parts
+            if b - a >= MIN_SAMPLES and t[b - 1] - t[a] >= MIN_SEGMENT_S]
+    words = lambda ab: f"{t[ab[0]] - t[0]:.3f}..{t[ab[1] - 1] - t[0]:.3f} s"    # noqa: E731
+    head = (f"{where}: time: {gaps.size} gap(s) in the samples longer than "
+            f"{guards.MAX_GAP_SAMPLES} sample periods ({guards.MAX_GAP_SAMPLES / rate:g} s at "
+            f"{rate:g} Hz), from the log's start: {guards.gap_spans(t, gaps, loc)}")
+    if not keep:
+        raise LogError(f"{head}; no part between them lasts {MIN_SEGMENT_S:g} s: nothing to fit")
+    dropped = [p for p in parts if p not in keep]
+    warnings.append(f"{head}: fitted as {len(keep)} segment(s) ({', '.join(map(words, keep))}), "
+                    f"each filtered and differentiated on its own, none bridged by interpolation"
+                    + (f"; left out, shorter than {MIN_SEGMENT_S:g} s: "
+                       f"{', '.join(map(words, dropped))}" if dropped else ""))
+    return keep
 
 
 # ------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import numpy as np
 from .spatial import combine_inertials, params_from_inertial
 from .urdf import load_chain
 
-__all__ = ["payload_problem", "payload_in_model_frame"]
+__all__ = ["payload_problem", "payload_in_model_frame", "hold_problem"]
 
 
 def payload_problem(mass_kg, com_m, inertia_kgm2) -> tuple[str, str] | None:
@@ -68,3 +68,40 @@ def payload_in_model_frame(urdf, model, payload) -> np.ndarray:
     for i in range(k + 1, len(full.joint_names)):   # locked at q = 0: joint i in joint i-1's frame
         T = T @ full.placements[i]
     return combine_inertials([(T, p_flange)])
+
+
+#: a payload is refused when, in every pose sampled within the joint limits, some joint would
+#: need more than this multiple of its torque limit just to hold the arm still: the margin
+#: keeps a payload that fits in a pose between the samples from being refused
+HOLD_FACTOR = 2.0
+
+
+def hold_problem(model, payload10: np.ndarray, n_poses: int = 512, seed: int = 0
+                 ) -> str | None:
+    """Why the arm cannot hold the payload still in any pose, or None.
+
+    model: RobotModel of the arm without the payload (limits.tau_max [N*m] per joint);
+    payload10: (10,) standard inertial parameters of the payload in the frame of the model's last
+    link (:func:`payload_in_model_frame`). The gravity torque RNEA(q, 0, 0) of the arm with the
+    payload is evaluated on `n_poses` poses drawn uniformly within the joint limits (seeded);
+    the payload is refused when even the most favourable pose needs more than HOLD_FACTOR x a
+    joint's limit (a payload like that stops the twin's loop and the real drives alike)."""
+    p = model.inertial_parameters()
+    p[-10:] += np.asarray(payload10, float)
+    loaded = model.with_params(p)
+    lim = loaded.limits
+    rng = np.random.default_rng(seed)
+    q = rng.uniform(lim.q_min, lim.q_max, size=(n_poses, loaded.n))
+    z = np.zeros_like(q)
+    tau = np.abs(loaded.inverse_dynamics(q, z, z))
+    ratio = tau / np.asarray(lim.tau_max, float)
+    worst = ratio.max(axis=1)               # per pose: the joint nearest to / furthest over
+    k = int(np.argmin(worst))               # the most favourable pose
+    if worst[k] <= HOLD_FACTOR:
+        return None
+    j = int(np.argmax(ratio[k]))
+    return (f"the arm cannot hold this payload in any pose: in the most favourable of {n_poses} "
+            f"poses sampled within the joint limits, joint {loaded.joint_names[j]} needs "
+            f"{tau[k, j]:.4g} N*m of gravity torque, {worst[k]:.3g}x its limit of "
+            f"{float(lim.tau_max[j]):g} N*m")
+

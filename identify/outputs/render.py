@@ -353,9 +353,10 @@ def identification_metrics(ident: Identification, models: dict | None = None) ->
     if ident.held:
         m["held_data"] = {"sources": held_sources_document(ident.held),
                           "note": "the excitation fit stacks the rows of these recordings "
-                                  "(each processed on its own) before the new excitation "
-                                  "recording's; RMS and cond_W_measured of 'excitation' are "
-                                  "over all of them"}
+                                  "(each processed on its own; kind 'segment': the parts of "
+                                  "the excitation log between its gaps) before the excitation "
+                                  "recording's (the log's longest part); RMS and "
+                                  "cond_W_measured of 'excitation' are over all of them"}
     errs = {}
     for key, pe in ident.truth.errors.items():
         errs[key] = error_summary(pe)

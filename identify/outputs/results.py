@@ -56,7 +56,7 @@ class HeldSource:
     """One entry of ``trajectories.excitation.held`` (identify.logs.held) the run used."""
     key: str                              # trajectories.excitation.held[i]
     source: str                           # the path given: run folder, recording or log file
-    kind: str                             # run | recording | log
+    kind: str                             # run | recording | log | segment (of the fit's log)
     file: str                             # the file the samples came from
     samples: int                          # recorded samples
     duration_s: float

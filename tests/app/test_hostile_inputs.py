@@ -350,6 +350,57 @@ def held_of_the_same_arm(tmp):       # read: the design starts (the tripwire, ex
     return _held(tmp, {"urdf": str(ASSETS / "cobot6.urdf"), "payload": None})
 
 
+# -- remote resources and the closed loop's contact: refused before any design work (issue 25)
+def _contact(tmp, time_s, trajectory="validation"):
+    d = _base()
+    d["closed_loop"] = {"trajectory": trajectory,
+                        "collision": {"contact": {"time_s": time_s}}}
+    return d
+
+
+def contact_after_the_trajectory(tmp):
+    return ["run", _write(tmp, _contact(tmp, 9.0)), "--out", str(tmp / "out")]
+
+
+def contact_after_a_trajectory_file(tmp):
+    import math
+    import numpy as np
+    from identify.excitation.fourier import FourierTrajectory
+    a = np.zeros((6, 2))
+    a[0] = [0.05, -0.05]
+    FourierTrajectory(q0=np.zeros(6), a=a, b=np.zeros((6, 2)), wf=2 * math.pi / 3.0).save(
+        tmp / "v.yaml")
+    d = _contact(tmp, 3.5)      # inside the scenario's period_s (4 s), past the file's 3 s
+    d["trajectories"]["validation"] = {"source": "file", "file": str(tmp / "v.yaml")}
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def payload_10_t(tmp):                 # was blamed on the twin's PID gains
+    d = _base()
+    d["arm"]["payload"] = {"mass_kg": 10000.0, "com_m": [0.0, 0.0, 0.05]}
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def hardware_port_missing(tmp):
+    d = _base()
+    d["backend"] = "hardware"
+    d["hardware"] = {"iface": "twinid-none0", "armed": True,
+                     "config": str(ASSETS / "cobot6_ethercat.yaml")}
+    del d["twin"]
+    return ["run", _write(tmp, d), "--out", str(tmp / "out")]
+
+
+def dask_scheduler_unreachable(tmp):
+    import socket
+    with socket.socket() as sk:         # a port nobody listens on: bound, then released
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    d = _base()
+    d["sweep"] = {"seeds": 2}
+    return ["sweep", _write(tmp, d), "--out", str(tmp / "out"), "--dask",
+            f"tcp://127.0.0.1:{port}"]
+
+
 #: each --force row and the input (relative to tmp) that must survive it
 FORCE_INPUTS = {
     force_fit_log_in_out: "out/recordings/log.csv",
@@ -404,6 +455,17 @@ CASES = [
                              "'plane 0' (obstacles[0]): at the start pose"),
     (margin_half_a_metre, 2, "trajectories.excitation.collision_margin_m: infeasible: a "
                              "collision margin of 500.0 mm would leave"),
+    (contact_after_the_trajectory, 2, "closed_loop.collision.contact.time_s: 9 s is not within "
+                                      "the validation trajectory the closed loop runs (0 .. 4 s"),
+    (contact_after_a_trajectory_file, 2, "closed_loop.collision.contact.time_s: 3.5 s is not "
+                                         "within the validation trajectory the closed loop runs "
+                                         "(0 .. 3 s"),
+    (payload_10_t, 2, "arm.payload.mass_kg: 10000 kg: the arm cannot hold this payload in any "
+                      "pose: in the most favourable of 512 poses sampled within the joint limits, "
+                      "joint joint"),
+    (hardware_port_missing, 2, "hardware.iface: no network interface named 'twinid-none0'"),
+    (dask_scheduler_unreachable, 2, "--dask / sweep.dask_address: no Dask scheduler answers at "
+                                    "tcp://127.0.0.1:"),
     (period_3600, 2, "pass --yes"),
     (seeds_100000, 2, "900,000 runs"),
     (alias_bomb, 2, "expands to more than"),
@@ -439,7 +501,7 @@ def tripwire(monkeypatch):
     from identify.app import trajectories as T
     monkeypatch.setattr(T, "optimize_excitation", boom)
     monkeypatch.setattr(pipeline, "record", boom)
-    monkeypatch.setattr(pipeline, "load_log", boom)
+    monkeypatch.setattr(pipeline, "load_segments", boom)
     monkeypatch.setattr(sweep, "trajectories", boom)
 
 
@@ -537,6 +599,10 @@ def log_window_rows_past_the_end(f, g):
     return {"window_rows": [700, 900]}
 
 
+def log_window_rows_six(f, g):         # passed the window check, failed in processing
+    return {"window_rows": [0, 6]}
+
+
 def log_nan_outside_the_window(f, g):
     return {"file": _nan_row(f, 50, 3), "window_s": [2.0, 7.5]}
 
@@ -561,6 +627,8 @@ LOG_CASES = [
                               "from its start)"),
     (log_window_rows_past_the_end, "window_rows [700, 900] reaches beyond the log (it spans "
                                    "rows 0..800)"),
+    (log_window_rows_six, "window_rows [0, 6] keeps 6 samples (processing needs at least 8; "
+                          "the log spans rows 0..800)"),
     (log_nan_outside_the_window, None),
     (log_nan_inside_the_window, "q of joint 3 is not finite at line 501"),
 ]

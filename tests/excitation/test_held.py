@@ -228,6 +228,27 @@ def test_concatenate_never_filters_across_the_seam(weak_held, ref_model):
     assert [s["samples"] for s in c.meta["segments"]] == [a.n_samples, b.n_samples]
 
 
+def test_stacked_state_terms_restart_at_the_seam(weak_held, ref_model):
+    """The nonlinear library terms of stacked data (evaluated on the full grids and filtered,
+    identify.estimation.design.term_design) are each segment's own columns: the Dahl state
+    restarts at the seam instead of carrying the previous recording's last state (the stacked
+    chain had no rate either: held data with a Dahl or sqrt-viscous term failed)."""
+    from identify.estimation.design import term_design
+    from identify.model.friction import Term
+    _, rec = weak_held
+    ps = ProcessingSettings.from_dict({"smooth_passes": 20})
+    a = process(rec, ps)
+    b = process(rec.window(100, None), ps)
+    c = concatenate([a, b])
+    n = ref_model.n
+    terms = [Term("dahl", xs=1e-3), Term("sqrt_viscous")]
+    got = term_design(c, n, terms)
+    own = [term_design(d, n, terms) for d in (a, b)]
+    for term in terms:
+        np.testing.assert_allclose(got[term], np.concatenate([o[term] for o in own]),
+                                   atol=1e-12)
+
+
 def test_held_log_through_the_log_reader(tmp_path, weak_held, ref_model):
     """A held entry given as a log (a CSV with a column map, read by identify.logs) holds the
     same information as the recording it was written from."""

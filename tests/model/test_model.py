@@ -180,3 +180,27 @@ def test_bias_by_newton_euler_equals_the_regressor_and_pinocchio():
         hy = m.regressor(q[None], v[None], np.zeros((1, m.n)))[0] @ theta
         np.testing.assert_allclose(hb, hy, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(hb, pin.nonLinearEffects(pm, pd, q, v), rtol=1e-8, atol=1e-8)
+
+
+def test_hold_problem_refuses_only_what_no_pose_can_hold(ref_model):
+    """identify.model.payload.hold_problem: the reference arm's rated 3 kg and the README's
+    1.5 kg pass; 10 t is refused naming a joint, its torque and its limit (over 2x even in the
+    best pose); refusal is monotone in the mass."""
+    import numpy as np
+    from identify.model.payload import hold_problem
+    from identify.model.spatial import params_from_inertial
+
+    def payload(m):
+        return params_from_inertial(m, np.array([0.0, 0.0, 0.05]), np.zeros((3, 3)))
+    for m in (1.5, 3.0):
+        assert hold_problem(ref_model, payload(m)) is None
+    msg = hold_problem(ref_model, payload(10000.0))
+    assert msg is not None and "cannot hold this payload in any pose" in msg
+    assert any(f"joint {j} needs" in msg for j in ref_model.joint_names), msg
+    # refused exactly when even the best sampled pose needs > 2x a limit: the message's ratio
+    ratio = float(msg.split("N*m of gravity torque, ")[1].split("x its limit")[0])
+    assert ratio > 2.0
+    # monotone in the mass: between 3 kg (held) and 10 t (refused) there is one threshold
+    masses = [3.0, 30.0, 300.0, 3000.0, 10000.0]
+    refused = [hold_problem(ref_model, payload(m)) is not None for m in masses]
+    assert refused == sorted(refused)

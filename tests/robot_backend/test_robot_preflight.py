@@ -49,8 +49,8 @@ def test_unarmed_refused_before_reading_anything(tmp_path):
 
 
 def test_armed_preflight_checks_files_and_payload(tmp_path):
-    s = preflight(ARM, {"iface": "eth1", "armed": True})
-    assert s.may_enable and s.iface == "eth1"
+    s = preflight(ARM, {"iface": "lo", "armed": True})       # lo: a port every machine has
+    assert s.may_enable and s.iface == "lo"
     assert not preflight({}, {"dry_run": True}).may_enable          # reference arm, offline check
     with pytest.raises(ValueError, match="iface"):
         preflight(ARM, {"armed": True})
@@ -70,13 +70,24 @@ def test_armed_preflight_checks_files_and_payload(tmp_path):
 
 # -- interface problems and SDO error texts (no root, no bus) ------------------------------------
 def test_interface_problem_names_the_fix(monkeypatch):
-    from robot import bus
-    assert "no network interface named 'nope0'" in bus.interface_problem("nope0")
-    assert "set hardware.iface" in bus.interface_problem("")
-    monkeypatch.setattr(bus.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(bus, "_has_cap_net_raw", lambda: False)
-    msg = bus.interface_problem("lo")
+    from robot import netif
+    assert "no network interface named 'nope0'" in netif.interface_problem("nope0")
+    assert "set hardware.iface" in netif.interface_problem("")
+    monkeypatch.setattr(netif.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(netif, "_has_cap_net_raw", lambda: False)
+    msg = netif.interface_problem("lo")
     assert "run as root" in msg and "setcap cap_net_raw" in msg
+
+
+def test_armed_preflight_refuses_a_missing_port():
+    """An interface that does not exist is refused by the preflight (before any trajectory is
+    designed: it was found by the bus bring-up after 100 s of optimization), naming the key."""
+    with pytest.raises(ValueError, match="hardware.iface: no network interface named "
+                                         "'twinid-none0'"):
+        preflight(ARM, {"iface": "twinid-none0", "armed": True})
+    # the armed interlock still comes first
+    with pytest.raises(SafetyRefused, match="not armed"):
+        preflight(ARM, {"iface": "twinid-none0"})
 
 
 def test_sdo_error_text_names_object_and_abort_meaning():
