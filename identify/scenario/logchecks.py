@@ -63,29 +63,29 @@ _BAG_KEYS = ("topics", "time_source", "topic_gap_s")
 
 
 def _is_bag_log(ls: LogSpec) -> bool:
-    """The log is a rosbag2 by format, preset or path (a bag folder, .mcap, .db3)."""
+    """The log is a rosbag2: by its format, else its path (a folder, .mcap, .db3), else its
+    preset; a validation log's keys without a file (given by --validation-log) by its topics."""
     if ls.format != "auto":
         return ls.format == "rosbag2"
+    if ls.file is not None:
+        return Path(ls.file).is_dir() or Path(ls.file).suffix.lower() in (".mcap", ".db3")
     if ls.preset is not None:
         return PRESET_FORMAT.get(ls.preset) == "rosbag2"
-    f = ls.file
-    if f is None:                   # a validation log's keys, its file from --validation-log
-        return ls.topics is not None
-    return Path(f).is_dir() or Path(f).suffix.lower() in (".mcap", ".db3")
+    return ls.topics is not None
 
 
 def _check_bag_keys(ls: LogSpec, p: tuple, ctx) -> None:
     """rosbag2 keys only on a bag, a bag's signals by topic (a topic map or a preset of one),
     the topic names well formed, its stamps read as they are (time_scale 1)."""
-    bag = _is_bag_log(ls)
-    if not bag:
+    if not _is_bag_log(ls):
+        what = f"format {ls.format}" if ls.format != "auto" else \
+            "not a bag (a folder holding metadata.yaml, a .mcap or .db3 file)"
         if ls.preset is not None and PRESET_FORMAT.get(ls.preset) == "rosbag2":
-            raise ctx.error(p + ("preset",), f"preset {ls.preset} reads a rosbag2, not a "
-                                             f"{ls.format} log")
+            raise ctx.error(p + ("preset",), f"preset {ls.preset} reads a rosbag2; this log is "
+                                             f"{what}")
         for k in _BAG_KEYS:
             if getattr(ls, k) != getattr(_DEFAULT_LOG, k):
-                raise ctx.error(p + (k,), f"{k} is a rosbag2 key; this log is "
-                                          f"{'format ' + ls.format if ls.format != 'auto' else 'not a bag'}")
+                raise ctx.error(p + (k,), f"{k} is a rosbag2 key; this log is {what}")
         return
     if ls.preset is not None and PRESET_FORMAT.get(ls.preset) != "rosbag2":
         raise ctx.error(p + ("preset",), f"preset {ls.preset} maps columns of a file; a rosbag2 "
