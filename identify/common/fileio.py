@@ -170,6 +170,14 @@ def log_input_problem(path: str | os.PathLike) -> str | None:
     return prob
 
 
+def input_bytes(path: str | os.PathLike) -> int:
+    """Size [bytes] of an input: a file's, or the files' directly in a folder (a rosbag2 bag)."""
+    p = Path(path)
+    if p.is_dir():
+        return sum(f.stat().st_size for f in p.iterdir() if f.is_file())
+    return p.stat().st_size
+
+
 def cache_root() -> Path:
     """twinid's cache folder: ``$TWINID_CACHE``, else ``$XDG_CACHE_HOME/twinid``, else
     ``~/.cache/twinid`` (never the working directory)."""

@@ -276,7 +276,8 @@ def read_rosbag(path: Path, spec, names: list, where: str, warnings: list):
                        f"seconds; leave time_scale at 1")
     tmap = topic_map(spec)
     if "q" not in tmap:
-        raise LogError(f"{where}: no topic for the joint positions (topics.q or a preset)")
+        raise LogError(f"{where}: a rosbag2 log needs its topics: set fit.*.topics (q and a "
+                       f"torque channel) or preset: ros2_joint_states")
     use_receive = spec.time_source == "receive"
     wanted: dict = {}
     for ch, (topic, _opt) in tmap.items():

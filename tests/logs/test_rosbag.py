@@ -394,3 +394,50 @@ def test_fit_from_bag_equals_fit_from_recording(twin_recordings, tmp_path, capsy
         assert a["names"] == b["names"]
         va_, vb = np.array(a[key], float), np.array(b[key], float)
         np.testing.assert_allclose(vb, va_, rtol=1e-7, atol=1e-9 * np.abs(va_).max())
+
+
+# -- the README's example and --log ----------------------------------------------------------------
+
+def _cobot_bag(path: Path, duration_s: float, rate_hz: float = 100.0) -> Path:
+    """A bag of the test arm (cobot6) on /joint_states: smooth motion, effort = its rigid-body
+    torque RNEA(q, qd, qdd) (plausible for the unit guards), joints in reverse name order."""
+    from identify.app.inputs import build_model
+    model = build_model(scenario_from_dict(TINY))
+    st = _stamps(int(duration_s * rate_hz), rate_hz)
+    t = (st - st[0]) * 1e-9
+    w = 2 * np.pi / np.linspace(7.0, 13.0, model.n)
+    q = 0.4 * np.sin(np.outer(t, w))
+    qd = 0.4 * w * np.cos(np.outer(t, w))
+    tau = model.inverse_dynamics(q, qd, -0.4 * w ** 2 * np.sin(np.outer(t, w)))
+    names = list(model.joint_names)[::-1]
+    js = [(int(s), _msg(int(s), names, q[k, ::-1], qd[k, ::-1], tau[k, ::-1]))
+          for k, s in enumerate(st)]
+    return write_bag(path, {"/joint_states": js})
+
+
+def test_readme_example_and_log_option(tmp_path, capsys):
+    """The README's rosbag2 fit section, its file replaced by a 90 s bag, passes `twinid check`
+    (scenario keys, reading, unit guards: 60 s and 30 s windows at 100 Hz); `--log BAG_FOLDER`
+    overrides the file as for any log."""
+    import re
+    from identify.app.inputs import log_specs
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, flags=re.S)
+                 if "ros2_joint_states" in b)
+    fit = yaml.safe_load(block)["fit"]
+    bag = _cobot_bag(tmp_path / "bags" / "run1", 90.0)
+    for k in fit:
+        assert fit[k]["file"] == "bags/run1"
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(dict(TINY, fit=fit, identification={"joint_model": "auto"})))
+    code = main(["check", str(f)])
+    cap = capsys.readouterr()
+    assert code == 0, cap.out + cap.err
+    out = cap.out
+    assert "excitation log" in out and "6000 samples" in out and "signals q, tau_j" in out, out
+    assert "validation log" in out and "3000 samples" in out, out
+    scn = scenario_from_dict(dict(TINY, fit={"excitation": {"preset": "ros2_joint_states"}}))
+    specs = log_specs(scn, log=str(bag))
+    assert specs["excitation"].file == bag.resolve()
+    rec = load_log(specs["excitation"], [f"joint{j}" for j in range(1, 7)])
+    assert rec.n_samples == 9000 and rec.tau_j is not None
