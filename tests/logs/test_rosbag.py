@@ -18,15 +18,14 @@ import numpy as np
 import pytest
 import yaml
 
-pytest.importorskip("rosbags")
-from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
-from rosbags.typesys import Stores, get_typestore  # noqa: E402
+from rosbags.rosbag2 import StoragePlugin, Writer      # the test extra pins rosbags
+from rosbags.typesys import Stores, get_typestore
 
-from identify.app.cli import main  # noqa: E402
-from identify.logs.load import LogError, load_log  # noqa: E402
-from identify.scenario.load import scenario_from_dict  # noqa: E402
-from identify.scenario.spec import LogSpec, ScenarioError, TopicMap  # noqa: E402
-from test_logs import TINY, twin_recordings  # noqa: E402,F401 -- the same twin recordings
+from identify.app.cli import main
+from identify.logs.load import LogError, load_log
+from identify.scenario.load import scenario_from_dict
+from identify.scenario.spec import LogSpec, ScenarioError, TopicMap
+from test_logs import TINY, twin_recordings  # noqa: F401 -- the same twin recordings
 
 TS = get_typestore(Stores.ROS2_HUMBLE)
 JS = TS.types["sensor_msgs/msg/JointState"]
@@ -45,8 +44,9 @@ def _msg(stamp_ns: int, names, pos=(), vel=(), eff=()):
 
 
 def write_bag(path: Path, topics: dict, storage: str = "mcap", other: dict | None = None) -> Path:
-    """A rosbag2 at `path`: topics {name: [(receive_ns, JointState), ...]} in that order,
-    `other` {name: msgtype} topics declared without messages... or with some (see callers)."""
+    """A rosbag2 at `path` written by rosbags' Writer: `topics` {name: [(receive_ns, JointState),
+    ...]} in that order (an empty list: a topic without messages), `other` {name: (msgtype,
+    [(receive_ns, message), ...])} topics of other types."""
     with Writer(path, version=9, storage_plugin=STORAGE[storage]) as w:
         for topic, msgs in topics.items():
             conn = w.add_connection(topic, JS.__msgtype__, typestore=TS)
@@ -141,7 +141,8 @@ def test_two_topics_merged_onto_the_q_topic(tmp_path):
     keep = (st >= sc[0]) & (st <= sc[-1])
     assert rec.n_samples == keep.sum() and rec.tau_j is None
     cut = rec.meta["log"]["rosbag2"]["cut_to_common_span"]
-    assert cut == {"start": int(np.argmax(keep)), "end": int(keep.size - 1 - np.flatnonzero(keep)[-1])}
+    assert cut == {"start": int(np.argmax(keep)),
+                   "end": int(keep.size - 1 - np.flatnonzero(keep)[-1])}
     q, qd, _ = _signals(t_all[keep])
     np.testing.assert_array_equal(rec.q, q)
     tk = t_all[keep]
@@ -254,7 +255,8 @@ def _hostile(case: str, tmp_path: Path):
 
 
 @pytest.mark.parametrize("case,fragments", [
-    ("missing joint", ["/joint_states message 7 has no joint(s) wrist", "it names shoulder, elbow"]),
+    ("missing joint", ["/joint_states message 7 has no joint(s) wrist",
+                       "it names shoulder, elbow"]),
     ("another arm", ["/joint_states: no message names the model's joints", "a1, a2, a3"]),
     ("empty topic", ["topic /joint_states has no messages"]),
     ("other type", ["topic /joint_states holds std_msgs/msg/Float64", "JointState"]),
@@ -315,7 +317,8 @@ def test_not_a_bag(tmp_path):
      "not a ROS 2 topic name"),
     ({"file": "BAG", "columns": {"q": [1, 2, 3, 4, 5, 6], "tau_j": [7, 8, 9, 10, 11, 12]}},
      "fit.excitation.columns", "maps signals to topics"),
-    ({"file": "BAG", "preset": "ur_rtde"}, "fit.excitation.preset", "a rosbag2 takes a topic preset"),
+    ({"file": "BAG", "preset": "ur_rtde"}, "fit.excitation.preset",
+     "a rosbag2 takes a topic preset"),
     ({"file": "BAG"}, "fit.excitation", "needs 'topics'"),
     ({"file": "BAG", "preset": "ros2_joint_states", "time_scale": 1e-9},
      "fit.excitation.time_scale", "leave time_scale at 1"),
