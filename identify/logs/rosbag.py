@@ -42,17 +42,26 @@ FIELD = {"q": "position", "qd": "velocity", "tau_j": "effort", "i_m": "effort", 
 GAP_PERIODS = 3.0
 
 
-def topic_map(spec) -> dict[str, tuple[str, bool]]:
-    """channel -> (topic, optional): the preset's topics (optional: left out when the messages
-    leave the field empty, q excepted) under the scenario's explicit ``topics``."""
+def topic_map(spec, where: str = "") -> dict[str, tuple[str, bool]]:
+    """channel -> (topic, optional): the scenario's explicit ``topics`` over the preset's (a
+    preset channel is optional: left out when the messages leave its field empty, q excepted).
+    A topic's effort is one signal: an explicit torque channel on a topic replaces the preset's
+    torque channel there (effort = current, not torque), two explicit ones are refused."""
+    explicit = {} if spec.topics is None else \
+        {k: getattr(spec.topics, k) for k in CHANNELS if getattr(spec.topics, k) is not None}
+    effort: dict = {}
+    for k, v in explicit.items():
+        if FIELD[k] == "effort":
+            if v in effort:
+                raise LogError(f"{where}: topics.{effort[v]} and topics.{k} both take the effort "
+                               f"of {v}; an effort is one signal (joint torque, motor current or "
+                               f"motor torque)")
+            effort[v] = k
     out: dict[str, tuple[str, bool]] = {}
     if spec.preset is not None:
-        out.update({k: (v, k != "q") for k, v in PRESETS[spec.preset].items() if k in FIELD})
-    if spec.topics is not None:
-        for k in CHANNELS:
-            v = getattr(spec.topics, k)
-            if v is not None:
-                out[k] = (v, False)
+        out.update({k: (v, k != "q") for k, v in PRESETS[spec.preset].items()
+                    if k in FIELD and not (FIELD[k] == "effort" and v in effort)})
+    out.update({k: (v, False) for k, v in explicit.items()})
     return out
 
 
@@ -274,7 +283,7 @@ def read_rosbag(path: Path, spec, names: list, where: str, warnings: list):
     if spec.time_scale != 1.0:
         raise LogError(f"{where}: time_scale: a rosbag2's stamps are in ns and read as "
                        f"seconds; leave time_scale at 1")
-    tmap = topic_map(spec)
+    tmap = topic_map(spec, where)
     if "q" not in tmap:
         raise LogError(f"{where}: a rosbag2 log needs its topics: set fit.*.topics (q and a "
                        f"torque channel) or preset: ros2_joint_states")

@@ -107,11 +107,18 @@ def _check_bag_keys(ls: LogSpec, p: tuple, ctx) -> None:
     if ls.preset is None and t.tau_j is None and t.i_m is None and t.tau_m is None:
         raise ctx.error(p + ("topics",), "give the topic of at least one torque channel: "
                                          "tau_j, i_m (with gains) or tau_m")
+    effort: dict = {}
     for k in ("q", "qd", "tau_j", "i_m", "tau_m"):
         v = getattr(t, k)
         if v is not None and not _TOPIC_RE.match(v):
             raise ctx.error(p + ("topics", k), f"{v!r} is not a ROS 2 topic name (e.g. "
                                                f"/joint_states)")
+        if v is not None and k in ("tau_j", "i_m", "tau_m"):
+            if v in effort:
+                raise ctx.error(p + ("topics", k), f"topics.{effort[v]} takes the effort of {v} "
+                                                   f"already: an effort is one signal (joint "
+                                                   f"torque, motor current or motor torque)")
+            effort[v] = k
 
 
 def _log_signals(scn: Scenario, ls: LogSpec) -> tuple[bool, bool] | None:

@@ -328,6 +328,8 @@ def test_not_a_bag(tmp_path):
      "reads a rosbag2; this log is format csv"),
     ({"file": "DIR", "preset": "ros2_joint_states"}, "fit.excitation.file",
      "directory without metadata.yaml"),
+    ({"file": "BAG", "topics": {"q": "/j", "tau_j": "/j", "i_m": "/j"}},
+     "fit.excitation.topics.i_m", "topics.tau_j takes the effort of /j already"),
 ])
 def test_scenario_keys_refused(tmp_path, fit, key, fragment):
     st, js = _good()
@@ -344,14 +346,36 @@ def test_scenario_keys_refused(tmp_path, fit, key, fragment):
 def test_scenario_accepts_bag_folder_and_file(tmp_path):
     st, js = _good()
     bag = write_bag(tmp_path / "bag", {"/joint_states": js})
-    for f, extra in ((bag, {"preset": "ros2_joint_states"}),
-                     (next(bag.glob("*.mcap")), {"topics": {"q": "/joint_states",
-                                                            "tau_j": "/joint_states",
-                                                            "i_m": "/joint_states"},
-                                                 "time_source": "receive",
-                                                 "topic_gap_s": 0.05})):
-        scn = scenario_from_dict(dict(TINY, fit={"excitation": {"file": str(f), **extra}}))
-        assert scn.fit.excitation.file == f
+    scn = scenario_from_dict(dict(TINY, fit={"excitation": {"file": str(bag),
+                                                            "preset": "ros2_joint_states"}}))
+    assert scn.fit.excitation.file == bag
+    mcap = next(bag.glob("*.mcap"))
+    fit = {"file": str(mcap), "topics": {"q": "/joint_states", "i_m": "/motor_currents"},
+           "time_source": "receive", "topic_gap_s": 0.05}
+    scn = scenario_from_dict(dict(TINY, fit={"excitation": fit},
+                                  identification={"joint_model": "simplified"}))
+    assert scn.fit.excitation.file == mcap and scn.fit.excitation.topics.i_m == "/motor_currents"
+
+
+def test_effort_as_current_over_the_preset(tmp_path):
+    """preset ros2_joint_states with topics.i_m on /joint_states: the effort is the motor
+    current (the preset's tau_j on that topic is dropped), turned into motor torque by the
+    gains; two explicit torque channels on one effort are refused."""
+    import dataclasses
+    st, js = _good()
+    bag = write_bag(tmp_path / "bag", {"/joint_states": js})
+    gains = (3.0, 2.0, 1.0)
+    spec = LogSpec(file=bag, preset="ros2_joint_states", topics=TopicMap(i_m="/joint_states"),
+                   current_gains=gains)
+    rec = load_log(spec, NAMES)
+    _, _, eff = _signals((st - st[0]) * 1e-9)
+    assert rec.tau_j is None and rec.qd is not None
+    np.testing.assert_array_equal(rec.i_m, eff)
+    np.testing.assert_allclose(rec.tau_m, eff * gains, rtol=1e-15)
+    both = dataclasses.replace(spec, topics=TopicMap(i_m="/joint_states", tau_j="/joint_states"))
+    with pytest.raises(LogError, match="topics.tau_j and topics.i_m both take the effort of "
+                                       "/joint_states"):
+        load_log(both, NAMES)
 
 
 # -- end to end ------------------------------------------------------------------------------------
