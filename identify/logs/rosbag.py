@@ -255,7 +255,8 @@ def _onto(tp: np.ndarray, d: TopicData, f: str, topic: str, spec, where: str) ->
 
 
 def _common_span(data: dict, primary: str, where: str) -> tuple[np.ndarray, dict]:
-    """The q topic's stamps inside the span every topic covers, and what was cut (samples)."""
+    """Which of the q topic's stamps lie inside the span every topic covers (N,) bool, and how
+    many were cut at its start and end."""
     tp = data[primary].stamps
     lo = max(int(d.stamps[0]) for d in data.values())
     hi = min(int(d.stamps[-1]) for d in data.values())
@@ -264,7 +265,7 @@ def _common_span(data: dict, primary: str, where: str) -> tuple[np.ndarray, dict
         spans = "; ".join(f"{t}: {d.stamps[0]}..{d.stamps[-1]} ns" for t, d in data.items())
         raise LogError(f"{where}: the topics share {int(keep.sum())} stamps of {primary} "
                        f"(spans {spans}): they do not overlap in time")
-    return keep, {"start": int(np.argmax(keep)), "end": int(tp.size - 1 - np.argmax(keep[::-1]))}
+    return keep, {"start": int(np.argmax(keep)), "end": int(np.argmax(keep[::-1]))}
 
 
 def read_rosbag(path: Path, spec, names: list, where: str, warnings: list):
@@ -321,7 +322,6 @@ def read_rosbag(path: Path, spec, names: list, where: str, warnings: list):
                             f"in the model; ignored")
     meta = {"topics": {k: tmap[k][0] for k in CHANNELS if ch[k] is not None},
             "time_source": spec.time_source, "t0_ns": int(tp[0]),
-            "cut_to_common_span": {"start": cut["start"],
-                                   "end": int(keep.size - 1 - cut["end"])},
+            "cut_to_common_span": cut,
             "skipped_messages": {t: d.skipped for t, d in used.items() if d.skipped}}
     return (tp - tp[0]).astype(float) * 1e-9, ch, meta
