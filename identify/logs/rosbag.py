@@ -32,7 +32,7 @@ from identify.scenario.presets import PRESETS
 
 from .readers import CHANNELS, LogError
 
-__all__ = ["read_rosbag", "topic_map", "JOINT_STATE"]
+__all__ = ["read_rosbag", "write_joint_states", "topic_map", "JOINT_STATE"]
 
 #: the message type read (rosbags' name; ROS 1 bags' sensor_msgs/JointState reads the same)
 JOINT_STATE = "sensor_msgs/msg/JointState"
@@ -79,16 +79,57 @@ class TopicData:
     ignored_joints: list = field(default_factory=list)
 
 
-def _open(path: Path, where: str):
-    """The rosbags AnyReader of `path` (not yet entered) and its default typestore."""
+def _library(where: str):
+    """rosbags' AnyReader, Writer, StoragePlugin and the ROS 2 Humble typestore, or a LogError
+    naming the extra to install."""
     try:
         from rosbags.highlevel import AnyReader
+        from rosbags.rosbag2 import StoragePlugin, Writer
         from rosbags.typesys import Stores, get_typestore
     except ImportError:
         raise LogError(f"{where}: reading rosbag2 logs needs the 'rosbags' package: "
                        f"pip install 'twinid[ros]' (or pip install 'rosbags>=0.11,<0.12')") \
             from None
-    return AnyReader([path], default_typestore=get_typestore(Stores.ROS2_HUMBLE))
+    return AnyReader, Writer, StoragePlugin, get_typestore(Stores.ROS2_HUMBLE)
+
+
+def write_joint_states(path, t: np.ndarray, joint_names, topics: dict, *,
+                       storage: str = "mcap", t0_ns: int = 1_700_000_000 * 10**9) -> Path:
+    """Write a rosbag2 bag folder of JointState topics (simulated logs, tests).
+
+    Args:
+        path: the bag folder to create (must not exist).
+        t: (N,) sample times [s]; each message's header.stamp and receive time is t0_ns + t.
+        joint_names: (n,) the messages' ``name``.
+        topics: {topic: {field: (N, n) array}}, field position / velocity / effort (a field
+            not given is written empty).
+        storage: "mcap" or "sqlite3".
+    Returns:
+        the bag folder.
+    """
+    _, Writer, StoragePlugin, store = _library(str(path))
+    js = store.types[JOINT_STATE]
+    header, stamp = store.types["std_msgs/msg/Header"], store.types["builtin_interfaces/msg/Time"]
+    ns = int(t0_ns) + np.round(np.asarray(t, dtype=float) * 1e9).astype(np.int64)
+    empty = np.zeros(0)
+    plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[storage]
+    with Writer(Path(path), version=9, storage_plugin=plugin) as w:
+        for topic, fields in topics.items():
+            conn = w.add_connection(topic, JOINT_STATE, typestore=store)
+            rows = {f: None if fields.get(f) is None else np.ascontiguousarray(fields[f], float)
+                    for f in ("position", "velocity", "effort")}
+            for k, s in enumerate(ns):
+                msg = js(header=header(stamp=stamp(sec=int(s) // 10**9, nanosec=int(s) % 10**9),
+                                       frame_id=""), name=list(joint_names),
+                         **{f: empty if a is None else a[k] for f, a in rows.items()})
+                w.write(conn, int(s), store.serialize_cdr(msg, JOINT_STATE))
+    return Path(path)
+
+
+def _open(path: Path, where: str):
+    """The rosbags AnyReader of `path` (not yet entered), ROS 2 types by default."""
+    AnyReader, _, _, store = _library(where)
+    return AnyReader([path], default_typestore=store)
 
 
 def _connections(reader, topics: set, where: str) -> list:

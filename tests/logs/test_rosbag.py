@@ -468,3 +468,24 @@ def test_readme_example_and_log_option(tmp_path, capsys):
     assert specs["excitation"].file == bag.resolve()
     rec = load_log(specs["excitation"], [f"joint{j}" for j in range(1, 7)])
     assert rec.n_samples == 9000 and rec.tau_j is not None
+
+
+def test_simulated_log_as_a_bag(tmp_path):
+    """identify.logs.simulate --format rosbag2 (write_joint_states): the simulated arrays come
+    back from the bag exactly -- joint torque on /joint_states, currents on /motor_currents."""
+    from identify.app.inputs import build_model
+    from identify.logs.simulate import simulate, write_log
+    model = build_model(scenario_from_dict(TINY))
+    log = simulate(model, duration_s=3.0, rate_hz=200.0, signals="both", seed=2)
+    bag = write_log(log, tmp_path / "sim", "rosbag2")
+    assert bag == tmp_path / "sim" / "bag" and (bag / "metadata.yaml").is_file()
+    topics = TopicMap(q="/joint_states", qd="/joint_states", tau_j="/joint_states",
+                      i_m="/motor_currents")
+    rec = load_log(LogSpec(file=bag, topics=topics, current_gains=tuple(log.truth["gains"])),
+                   model.joint_names, model=model)
+    np.testing.assert_allclose(rec.t, log.t, rtol=0, atol=1e-9)
+    for k in ("q", "qd", "tau_j", "i_m"):
+        np.testing.assert_array_equal(getattr(rec, k), getattr(log, k))
+    np.testing.assert_allclose(rec.tau_m, log.tau_m, rtol=1e-12)
+    with pytest.raises(ValueError, match="exists already"):
+        write_log(log, tmp_path / "sim", "rosbag2")
