@@ -70,7 +70,7 @@ class TopicData:
     """One topic's JointState messages for the model's joints, in receive order.
 
     stamps: (M,) int64 [ns]; values: field -> (M, n) in the model's joint order, or None when
-    every message leaves the field empty; index: (M,) the message's 0-based index on the topic
+    every message leaves the field empty (or NaN for all the model's joints); index: (M,) the message's 0-based index on the topic
     (skipped messages counted)."""
     stamps: np.ndarray
     values: dict
@@ -222,7 +222,10 @@ class _Collector:
                 raise LogError(f"{self.where}: {self.topic} message {self.index[i]} has {got} "
                                f"{f} values, unlike message {self.index[0]}: a field is either "
                                f"in every message or in none")
-            values[f] = np.vstack(rows)
+            a = np.vstack(rows)
+            # ros2_control's joint_state_broadcaster fills an interface a joint lacks with NaN:
+            # NaN for every one of the model's joints in every message is a field not published
+            values[f] = None if np.isnan(a).all() else a
         return TopicData(np.asarray(self.stamps, dtype=np.int64), values,
                          np.asarray(self.index), self.skipped, sorted(self.extra))
 
@@ -343,7 +346,8 @@ def read_rosbag(path: Path, spec, names: list, where: str, warnings: list):
             if optional:
                 continue
             raise LogError(f"{where}: {name}: the messages of {topic} have no {FIELD[name]} "
-                           f"values (empty arrays)")
+                           f"values for the model's joints (empty arrays, or NaN throughout: "
+                           f"the publisher has no such interface)")
         ch[name] = topic
     used = {t: d for t, d in data.items() if t in set(v for v in ch.values() if v)}
     keep, cut = _common_span(used, primary, where)

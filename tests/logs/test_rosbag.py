@@ -283,6 +283,28 @@ def test_hostile_bags(tmp_path, case, fragments):
         assert f in msg, msg
 
 
+def test_nan_field_is_a_field_not_published(tmp_path):
+    """joint_state_broadcaster writes NaN for an interface a joint lacks: an effort NaN for all
+    the model's joints (a gripper joint having one) is left out under the preset, refused when
+    mapped explicitly; a NaN in some samples only is refused naming joint and sample."""
+    import dataclasses
+    st = _stamps(50, 100.0)
+    nan = np.full((st.size, 3), np.nan)
+    js = [(r, _msg(r, NAMES + ["finger"], np.append(m.position, 0.0), np.append(m.velocity, 0.0),
+                   np.append(nan[0], 1.0))) for r, m in _joint_states(st, st)]
+    bag = write_bag(tmp_path / "bag", {"/joint_states": js})
+    rec = load_log(LogSpec(file=bag, preset="ros2_joint_states"), NAMES)
+    assert rec.tau_j is None and rec.qd is not None
+    explicit = LogSpec(file=bag, topics=TopicMap(q="/joint_states", tau_j="/joint_states"))
+    with pytest.raises(LogError, match="tau_j: the messages of /joint_states have no effort "
+                                       "values for the model's joints"):
+        load_log(explicit, NAMES)
+    one = write_bag(tmp_path / "one", {"/joint_states": _joint_states(
+        st, st, eff=np.where(np.arange(st.size)[:, None] == 30, np.nan, 1.0) * np.ones(3))})
+    with pytest.raises(LogError, match="tau_j of joint 1 is not finite at sample 30"):
+        load_log(dataclasses.replace(explicit, file=one), NAMES)
+
+
 def test_gap_within_tolerance_is_interpolated(tmp_path):
     """The same 110 ms gap is interpolated across when topic_gap_s allows it."""
     import dataclasses
