@@ -14,7 +14,7 @@ import numpy as np
 from identify.backend.interface import resolved_settings
 from identify.common import progress
 from identify.common.errors import InputError
-from identify.common.fileio import regular_file_problem
+from identify.common.fileio import log_input_problem
 from identify.model.arm import load_description
 from identify.model.robot_model import RobotModel
 from identify.outputs.results import RunInfo
@@ -78,7 +78,7 @@ def log_specs(scn: Scenario, log=None, validation_log=None) -> dict:
     for label, override in (("excitation", log), ("validation", validation_log)):
         if override is not None:
             p = Path(override)
-            prob = regular_file_problem(p)
+            prob = log_input_problem(p)
             if prob == "not found":
                 raise FileNotFoundError(f"{override}: log file not found")
             if prob is not None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from identify.common import progress
 from identify.common.errors import InputError
-from identify.common.fileio import atomic_write_text, write_yaml
+from identify.common.fileio import atomic_write_text, input_bytes, write_yaml
 from identify.excitation.export import DEFAULT_RATE_HZ
 from identify.excitation.plots import plot_trajectory
 from identify.logs.held import load_held
@@ -198,7 +198,7 @@ def fit_scenario(scn: Scenario, out=None, log=None, validation_log=None, *,
     specs = log_specs(scn, log, validation_log)
     model = build_model(scn)
     gains = None if scn.arm.drives is None else gains_from_drives(scn.arm.drives, model.joint_names)
-    size = sum(Path(s.file).stat().st_size for s in specs.values())
+    size = sum(input_bytes(s.file) for s in specs.values())
     with claim_run_folder(scn, out, force=force, need_bytes=2 * size, command="fit",
                           inputs={"--log": log, "--validation-log": validation_log}) as folder, \
             plot_pool(scn.outputs.plots) as pool:

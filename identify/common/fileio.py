@@ -158,6 +158,26 @@ def regular_file_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
+def log_input_problem(path: str | os.PathLike) -> str | None:
+    """Why `path` is not a readable log (:func:`regular_file_problem`), or None: a regular file,
+    or a rosbag2 bag folder (a directory holding ``metadata.yaml``)."""
+    prob = regular_file_problem(path)
+    if prob is not None and prob.startswith("is a directory"):
+        if (Path(path) / "metadata.yaml").is_file():
+            return None
+        return ("is a directory without metadata.yaml: a log is a file, or a rosbag2 bag "
+                "folder (give its .mcap / .db3 file if metadata.yaml is lost)")
+    return prob
+
+
+def input_bytes(path: str | os.PathLike) -> int:
+    """Size [bytes] of an input: a file's, or the files' directly in a folder (a rosbag2 bag)."""
+    p = Path(path)
+    if p.is_dir():
+        return sum(f.stat().st_size for f in p.iterdir() if f.is_file())
+    return p.stat().st_size
+
+
 def cache_root() -> Path:
     """twinid's cache folder: ``$TWINID_CACHE``, else ``$XDG_CACHE_HOME/twinid``, else
     ``~/.cache/twinid`` (never the working directory)."""

@@ -1,4 +1,4 @@
-"""Logs recorded elsewhere (CSV / NPZ files of a user's own arm) read into a
+"""Logs recorded elsewhere (CSV / NPZ files, rosbag2 bags of JointState messages) read into a
 :class:`~identify.backend.recording.Recording`: column maps, windows, unit gains, resampling to a
 uniform grid. ``twinid fit`` identifies from them exactly as from a backend run.
 

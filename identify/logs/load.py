@@ -1,4 +1,5 @@
-"""Import recordings made elsewhere: our NPZ recordings, or CSV / NPZ / text logs with a column map.
+"""Import recordings made elsewhere: our NPZ recordings, CSV / NPZ / text logs with a column map, or
+rosbag2 bags of JointState messages with a topic map (:mod:`identify.logs.rosbag`).
 
 A :class:`~identify.scenario.spec.LogSpec` (the ``fit:`` section of a scenario) says where each signal
 is: time, joint positions, optional velocities, joint torques and/or motor currents (turned into
@@ -26,6 +27,7 @@ from identify.scenario.spec import LogSpec
 
 from . import guards
 from .readers import CHANNELS, LogError, read_csv, read_npz, read_text, sniff_format
+from .rosbag import read_rosbag
 
 __all__ = ["LogError", "load_log", "load_segments", "gains_from_drives", "CHANNELS",
            "select_window"]
@@ -129,36 +131,8 @@ def _load(spec: LogSpec, joint_names, gains, where, model, warnings, *, split: b
     if fmt == "auto":
         fmt = (PRESET_FORMAT.get(spec.preset) if spec.preset else None) or sniff_format(path)
     names = list(joint_names)
-    n = len(names)
     warnings = [] if warnings is None else warnings
-    if fmt == "recording":
-        rec = Recording.load(path)
-        if rec.joint_names != names:
-            raise LogError(f"{where}: recording joints {rec.joint_names} differ from the model's "
-                           f"{names}")
-        t, ch = rec.t, {c: getattr(rec, c) for c in CHANNELS}
-        if ch["tau_m"] is None and ch["i_m"] is not None:
-            ch["tau_m"] = ch["i_m"] * _gains(spec, gains, n, where)
-        meta, row0, dtruth = dict(rec.meta), 0, rec.drive_truth
-    else:
-        if spec.columns is None and spec.preset is None and fmt != "text":
-            raise LogError(f"{where}: a {fmt} log needs a column mapping (fit.*.columns) or a "
-                           f"preset (fit.*.preset)")
-        reader = {"csv": read_csv, "npz": read_npz, "text": read_text}[fmt]
-        t, ch, row0 = reader(path, spec, n, where)
-        if t is None:
-            if not spec.rate_hz:
-                raise LogError(f"{where}: no time stamps mapped: map columns.time or give rate_hz")
-            t = np.arange(ch["q"].shape[0]) / float(spec.rate_hz)
-        else:
-            t = t * spec.time_scale
-        if spec.position_unit == "deg":
-            for c in ("q", "qd"):
-                if ch[c] is not None:
-                    ch[c] = np.deg2rad(ch[c])
-        if ch["i_m"] is not None and ch["tau_m"] is None:
-            ch["tau_m"] = ch["i_m"] * _gains(spec, gains, n, where)
-        meta, dtruth = {}, None
+    t, ch, meta, row0, dtruth = _read(spec, fmt, path, names, gains, where, warnings)
     _check_time(t, where, fmt, row0)
     win = select_window(spec, t, where)
     if win != slice(0, t.shape[0]):
@@ -186,6 +160,8 @@ def _load(spec: LogSpec, joint_names, gains, where, model, warnings, *, split: b
     spans = _segments(t, rate, where, loc, warnings) if split else [(0, t.shape[0])]
     window = {k: list(getattr(spec, k)) for k in ("window_s", "window_t", "window_rows")
               if getattr(spec, k) is not None} or None
+    meta = dict(meta)
+    bag = meta.pop("rosbag2", None)
     out = []
     for k, (a, b) in enumerate(spans):
         ts, cs = t[a:b], {c: None if v is None else v[a:b] for c, v in ch.items()}
@@ -196,6 +172,8 @@ def _load(spec: LogSpec, joint_names, gains, where, model, warnings, *, split: b
         m["log"] = {"file": str(path), "format": fmt, "preset": spec.preset,
                     "resampled": bool(resampled), "rate_hz": rate, "window": window,
                     "channels": [c for c, v in cs.items() if v is not None]}
+        if bag is not None:
+            m["log"]["rosbag2"] = bag
         if len(spans) > 1:
             m["log"]["segment"] = {"index": k, "of": len(spans),
                                    "span_s": [float(t[a] - t[0]), float(t[b - 1] - t[0])]}
@@ -239,6 +217,48 @@ def _segments(t: np.ndarray, rate: float, where: str, loc, warnings: list) -> li
 
 
 # ------------------------------------------------------------------------------------------------
+
+def _read(spec: LogSpec, fmt: str, path: Path, names: list, gains, where: str, warnings: list):
+    """The log's samples in SI units before any window: t (N,) [s], {channel: (N, n) | None}
+    (tau_m from i_m and gains when only currents are mapped), meta, the file's row of sample 0
+    and the drive truth of our own recordings."""
+    n = len(names)
+    if fmt == "recording":
+        rec = Recording.load(path)
+        if rec.joint_names != names:
+            raise LogError(f"{where}: recording joints {rec.joint_names} differ from the model's "
+                           f"{names}")
+        t, ch = rec.t, {c: getattr(rec, c) for c in CHANNELS}
+        if ch["tau_m"] is None and ch["i_m"] is not None:
+            ch["tau_m"] = ch["i_m"] * _gains(spec, gains, n, where)
+        return t, ch, dict(rec.meta), 0, rec.drive_truth
+    meta: dict = {}
+    if fmt == "rosbag2":
+        if spec.columns is not None:
+            raise LogError(f"{where}: a rosbag2 log maps signals to topics (fit.*.topics), not "
+                           f"columns")
+        t, ch, meta["rosbag2"] = read_rosbag(path, spec, names, where, warnings)
+        row0 = 0
+    else:
+        if spec.columns is None and spec.preset is None and fmt != "text":
+            raise LogError(f"{where}: a {fmt} log needs a column mapping (fit.*.columns) or a "
+                           f"preset (fit.*.preset)")
+        reader = {"csv": read_csv, "npz": read_npz, "text": read_text}[fmt]
+        t, ch, row0 = reader(path, spec, n, where)
+        if t is None:
+            if not spec.rate_hz:
+                raise LogError(f"{where}: no time stamps mapped: map columns.time or give rate_hz")
+            t = np.arange(ch["q"].shape[0]) / float(spec.rate_hz)
+        else:
+            t = t * spec.time_scale
+    if spec.position_unit == "deg":
+        for c in ("q", "qd"):
+            if ch[c] is not None:
+                ch[c] = np.deg2rad(ch[c])
+    if ch["i_m"] is not None and ch["tau_m"] is None:
+        ch["tau_m"] = ch["i_m"] * _gains(spec, gains, n, where)
+    return t, ch, meta, row0, None
+
 
 def _gravity_torque(model, q: np.ndarray, max_samples: int = 2000) -> np.ndarray:
     """Rigid-body torque of the URDF at rest, RNEA(q, 0, 0) (N', n), on <= max_samples samples

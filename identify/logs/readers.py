@@ -23,7 +23,15 @@ class LogError(ValueError):
 
 
 def sniff_format(path: Path) -> str:
+    """The format of the log at `path` from its suffix (an NPZ file also by its header), or
+    "rosbag2" for a bag folder (holding metadata.yaml) or a .mcap / .db3 storage file."""
+    if path.is_dir():
+        if (path / "metadata.yaml").is_file():
+            return "rosbag2"
+        raise LogError(f"{path}: a directory without metadata.yaml is not a rosbag2 bag folder")
     suffix = path.suffix.lower()
+    if suffix in (".mcap", ".db3"):
+        return "rosbag2"
     if suffix == ".npz":
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -37,7 +45,7 @@ def sniff_format(path: Path) -> str:
     if suffix in (".csv", ".txt", ".tsv", ".dat", ".log"):
         return "csv"
     raise LogError(f"{path}: cannot tell the log format from the suffix {suffix!r}; "
-                   f"set format: csv | npz | text | recording")
+                   f"set format: csv | npz | text | recording | rosbag2")
 
 
 def column_map(spec) -> dict:

@@ -18,7 +18,9 @@ next to the log. Formats: ``csv`` (header ``t, q_<j>, qd_<j>, tau_j_<j>, i_m_<j>
 ``ur_rtde`` (space separated, ``timestamp actual_q_<j> actual_qd_<j> actual_current_<j>``),
 ``libfranka`` (``time, q_<j>, dq_<j>, tau_J_<j>``), ``npz`` (2-D arrays ``t q qd tau_j i_m``),
 ``text_per_signal`` (``time.txt``, ``q.txt``, ``qd.txt``, ``tau_j.txt``, ``i_m.txt``: one value
-per line, n lines per sample).
+per line, n lines per sample), ``rosbag2`` (a bag folder ``bag/``, MCAP: ``/joint_states`` with
+position, velocity and the joint torque as effort, ``/motor_currents`` with the currents as
+effort; needs ``twinid[ros]``).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import numpy as np
 
 __all__ = ["SimulatedLog", "simulate", "write_log", "FORMATS"]
 
-FORMATS = ("csv", "ur_rtde", "libfranka", "npz", "text_per_signal")
+FORMATS = ("csv", "ur_rtde", "libfranka", "npz", "text_per_signal", "rosbag2")
 TANH_SCALE = 0.02
 
 
@@ -158,6 +160,15 @@ def write_log(log: SimulatedLog, out_dir, fmt: str = "csv", *, time_scale: float
             if a is not None:
                 np.savetxt(out / f"{k}.txt", a.reshape(-1), fmt="%.10g")
         path = out / "q.txt"
+    elif fmt == "rosbag2":
+        from .rosbag import write_joint_states
+        path = out / "bag"
+        if path.exists():
+            raise ValueError(f"{path} exists already; a bag is written into a new folder")
+        topics = {"/joint_states": {"position": q, "velocity": qd, "effort": log.tau_j}}
+        if log.i_m is not None:
+            topics["/motor_currents"] = {"effort": log.i_m}
+        write_joint_states(path, t, log.joint_names, topics)
     else:
         raise ValueError(f"unknown format {fmt!r}; choose from {FORMATS}")
     (out / "truth.yaml").write_text(yaml.safe_dump(log.truth, sort_keys=False))

@@ -11,6 +11,7 @@ from identify.estimation.processing import ProcessingSettings
 from identify.model.payload import payload_problem
 from identify.outputs.layout import URDF, exported_model
 
+from .logchecks import check_log_signals, check_log_spec
 from .spec import LogSpec, NOISE_ALIASES, Scenario, ScenarioError, TrajectorySpec, twin_label
 
 
@@ -323,8 +324,8 @@ def cross_checks(scn: Scenario, data: dict, ctx: CheckContext) -> None:
     for which in ("excitation", "validation"):
         ls: LogSpec | None = getattr(scn.fit, which)
         if ls is not None:
-            _check_log_spec(scn, ls, ("fit", which), n, ctx)
-    _check_log_signals(scn, ctx)
+            check_log_spec(scn, ls, ("fit", which), n, ctx)
+    check_log_signals(scn, ctx)
     if scn.backend == "hardware" and not scn.hardware.iface and not scn.hardware.dry_run:
         raise ctx.error(("hardware", "iface"), "backend: hardware needs the network interface "
                                                "(hardware.iface)")
@@ -386,7 +387,7 @@ def _check_held(scn: Scenario, ctx: CheckContext, n: int | None) -> None:
         if isinstance(entry, LogSpec):
             if entry.file is None:
                 raise ctx.error(pi, "a held log needs its 'file'")
-            _check_log_spec(scn, entry, pi, n, ctx)
+            check_log_spec(scn, entry, pi, n, ctx)
             continue
         prob = path_problem(entry)
         if prob is not None:
@@ -423,87 +424,6 @@ def _check_held_rate(scn: Scenario, ctx: CheckContext, rate_hz) -> None:
                             f"{f} was recorded at {float(got):g} Hz, the new run records at "
                             f"{float(rate_hz):g} Hz (twin.sample_rate_hz): record at the same "
                             f"rate or set processing.resample_hz")
-
-
-def _check_log_spec(scn: Scenario, ls: LogSpec, p: tuple, n: int | None, ctx: CheckContext) -> None:
-    """One fit.* log: a column map or preset for csv / npz, one torque channel, one column per
-    joint, gains for currents, at most one window, stop after start."""
-    fmt = ls.format
-    if fmt in ("csv", "npz") and ls.columns is None and ls.preset is None:
-        raise ctx.error(p + ("format",), f"a {fmt} log needs a 'columns' mapping or a 'preset'")
-    c = ls.columns
-    if c is not None:
-        if ls.preset is None and c.q is None:
-            raise ctx.error(p + ("columns",), "map the joint positions (columns.q) or use a preset")
-        if ls.preset is None and c.tau_j is None and c.i_m is None and c.tau_m is None:
-            raise ctx.error(p + ("columns",), "map at least one torque channel: "
-                            "tau_j, i_m (with gains) or tau_m")
-        for ch in ("q", "qd", "tau_j", "i_m", "tau_m"):
-            cols = getattr(c, ch)
-            if isinstance(cols, tuple) and n is not None and len(cols) != n:
-                raise ctx.error(p + ("columns", ch), f"must list one column per joint ({n}), "
-                                                    f"got {len(cols)}")
-            if isinstance(cols, tuple) and ls.header is False and fmt != "npz" and \
-                    any(isinstance(x, str) for x in cols):
-                raise ctx.error(p + ("columns", ch), "column names need header: true "
-                                                    "(or use 0-based column indices)")
-    maps_currents = (c is not None and c.i_m is not None) or ls.preset == "ur_rtde"
-    if maps_currents and ls.current_gains is None and scn.arm.drives is None:
-        raise ctx.error(p + ("current_gains",), "motor currents need per-joint gains [N*m/A, "
-                        "link side]: set current_gains or arm.drives")
-    if ls.current_gains is not None and n is not None and len(ls.current_gains) != n:
-        raise ctx.error(p + ("current_gains",), f"must have one gain per joint ({n}), "
-                                                f"got {len(ls.current_gains)}")
-    wins = [k for k in ("window_s", "window_t", "window_rows") if getattr(ls, k) is not None]
-    if len(wins) > 1:
-        raise ctx.error(p + (wins[1],), f"give one window, not {' and '.join(wins)}")
-    for k in wins:
-        w = getattr(ls, k)
-        if not w[1] > w[0]:
-            raise ctx.error(p + (k,), f"stop must be after start, got {list(w)}")
-        if k == "window_rows" and w[0] < 0:
-            raise ctx.error(p + (k,), f"rows are 0-based, got {list(w)}")
-
-
-def _log_signals(scn: Scenario, ls: LogSpec) -> tuple[bool, bool] | None:
-    """(has joint torque, has motor torque) of a fit log as far as the scenario tells, else None
-    (e.g. a recording file we do not open here, a text log without a preset)."""
-    from .presets import preset_channels
-    chans = set()
-    if ls.preset is not None and ls.preset != "text_per_signal":
-        chans |= set(preset_channels(ls.preset))
-    if ls.columns is not None:
-        chans |= {k for k in ("tau_j", "i_m", "tau_m") if getattr(ls.columns, k) is not None}
-    if ls.preset is None and ls.columns is None and ls.file is not None \
-            and ls.file.suffix.lower() == ".npz":
-        try:
-            import numpy as np
-            with np.load(ls.file, allow_pickle=False) as z:
-                files = set(z.files)
-            if "header" not in files:
-                return None
-            chans |= {k for k in ("tau_j", "i_m", "tau_m") if k in files}
-        except Exception:  # noqa: BLE001 -- an unreadable file is reported when read
-            return None
-    elif ls.preset == "text_per_signal" or (ls.columns is None and ls.preset is None):
-        return None
-    return "tau_j" in chans, bool(chans & {"i_m", "tau_m"})
-
-
-def _check_log_signals(scn: Scenario, ctx: CheckContext) -> None:
-    """An explicit identification.joint_model the excitation log cannot support is refused at
-    load, naming the missing signal."""
-    from .signals import resolve_joint_model
-    ls = scn.fit.excitation
-    if ls is None or scn.identification.joint_model == "auto":
-        return
-    sig = _log_signals(scn, ls)
-    if sig is None:
-        return
-    try:
-        resolve_joint_model(scn.identification.joint_model, *sig)
-    except ValueError as exc:
-        raise ctx.error(("identification", "joint_model"), f"{exc} (log {ls.file})") from None
 
 
 def _delegate_processing(scn: Scenario, ctx: CheckContext) -> None:

@@ -11,7 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 import yaml
-from identify.common.fileio import regular_file_problem
+from identify.common.fileio import log_input_problem, regular_file_problem
 from .spec import Scenario, ScenarioError, field_types
 from .checks import CheckContext, closest_key, cross_checks, dotted_path, type_name
 
@@ -203,7 +203,7 @@ def _convert(tp, value, path: tuple, ctx: CheckContext, meta: dict | None = None
             p = (Path.cwd() if meta.get("cwd") else ctx.base) / p
         p = Path(os.path.normpath(p))
         if meta.get("file"):
-            prob = regular_file_problem(p)
+            prob = (log_input_problem if meta.get("bag_dir") else regular_file_problem)(p)
             if prob == "not found":
                 raise ctx.error(path, f"file not found: {value} (looked at {p})")
             if prob is not None:

@@ -24,9 +24,9 @@ __all__ = ["SIGNAL_NAMES", "resolve_joint_model", "resolve_identification"]
 
 SIGNAL_NAMES = {"tau_j": "joint torque", "tau_m": "motor torque η·β·i"}
 _NEEDS = {"simplified": ("tau_m",), "improved": ("tau_j", "tau_m"), "both": ("tau_j", "tau_m")}
-_HOW = {"tau_j": "a joint torque sensor (columns.tau_j)",
-        "tau_m": "motor currents with gains (columns.i_m + current_gains / arm.drives) or motor "
-                 "torques (columns.tau_m)"}
+_HOW = {"tau_j": "a joint torque sensor (columns.tau_j / topics.tau_j)",
+        "tau_m": "motor currents with gains (columns.i_m / topics.i_m + current_gains / "
+                 "arm.drives) or motor torques (columns.tau_m / topics.tau_m)"}
 
 
 def resolve_joint_model(requested: str, has_tau_j: bool, has_tau_m: bool) -> tuple[str, str]:

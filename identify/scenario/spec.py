@@ -249,15 +249,39 @@ class ColumnMap:
 
 
 @dataclass(frozen=True)
+class TopicMap:
+    """rosbag2 logs: the topic of each signal, each a ``sensor_msgs/msg/JointState`` topic whose
+    joints are matched by name. q takes the messages' ``position``, qd their ``velocity``, tau_j /
+    i_m / tau_m their ``effort`` (a joint torque, a motor current, a motor torque: the channel
+    says which, as for CSV columns). The q topic's stamps are the time base."""
+    q: Optional[str] = _f(None, doc="topic of the joint positions (the time base)")
+    qd: Optional[str] = _f(None, doc="topic of the joint velocities (optional)")
+    tau_j: Optional[str] = _f(None, doc="topic whose effort is the joint torque [N*m]")
+    i_m: Optional[str] = _f(None, doc="topic whose effort is the motor current [A]")
+    tau_m: Optional[str] = _f(None, doc="topic whose effort is the link-side motor torque [N*m]")
+
+
+@dataclass(frozen=True)
 class LogSpec:
     """A recording made elsewhere: our NPZ recording, or a CSV / NPZ / text log with a column map."""
-    file: Optional[Path] = _f(None, file=True, doc="the log file (or pass --log / --validation-log)")
-    format: Literal["auto", "recording", "csv", "npz", "text"] = _f(
-        "auto", doc="file format (auto: by content; text: one file per signal, one value a line)")
-    preset: Optional[Literal["ur_rtde", "libfranka", "text_per_signal"]] = _f(
+    file: Optional[Path] = _f(None, file=True, bag_dir=True,
+                              doc="the log file or rosbag2 folder (or pass --log / "
+                                  "--validation-log)")
+    format: Literal["auto", "recording", "csv", "npz", "text", "rosbag2"] = _f(
+        "auto", doc="file format (auto: by content; text: one file per signal, one value a line; "
+                    "rosbag2: a bag folder or its .mcap / .db3 file)")
+    preset: Optional[Literal["ur_rtde", "libfranka", "text_per_signal", "ros2_joint_states"]] = _f(
         None, doc="named column map of a logging tool (docs/cli.md); columns given override it")
     columns: Optional[ColumnMap] = _f(None, doc="column mapping (required for csv / npz logs "
                                                 "without a preset)")
+    topics: Optional[TopicMap] = _f(None, doc="rosbag2: topic of each signal (required "
+                                              "without a preset)")
+    time_source: Literal["header", "receive"] = _f(
+        "header", doc="rosbag2: time from the messages' header.stamp, or (receive) the bag's "
+                      "receive time -- only for publishers that leave the stamp at 0")
+    topic_gap_s: Optional[float] = _f(
+        None, gt=0.0, doc="rosbag2: longest gap of a second topic interpolated across onto the "
+                          "q topic's stamps [s] (default: 3 of its median sample periods)")
     header: Optional[bool] = _f(None, doc="CSV: the first row holds column names (default: "
                                           "true with a preset or named columns)")
     delimiter: str = _f("auto", doc="CSV field separator (auto: from the first line)")
