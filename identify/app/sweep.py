@@ -238,13 +238,17 @@ def _finished(folder: Path) -> set:
     return done
 
 
-def _check_sweep_budget(scn: Scenario, workers: int | None, yes: bool) -> None:
+def _check_sweep_budget(scn: Scenario, workers: int | None, yes: bool, model) -> None:
     """Count the runs (grid points x seeds, without building the task list) and refuse a sweep
-    beyond the time / memory budget unless `yes` (identify.app.inputs.check_budget)."""
+    beyond the time / memory budget unless `yes` (identify.app.inputs.check_budget); the
+    trajectories and the arm model's code the caches hold cost nothing."""
     from identify.scenario.budget import estimate_sweep
+    from .trajectories import estimate_cache_state
     one_seed = dataclasses.replace(scn, sweep=dataclasses.replace(scn.sweep, seeds=1))
     n_runs = len(grid(one_seed)[0]) * scn.sweep.seeds
-    check_budget(estimate_sweep(scn, n_runs, workers), yes, what=f"this sweep ({n_runs:,} runs)")
+    check_budget(estimate_sweep(scn, n_runs, workers, model.n,
+                                **estimate_cache_state(scn, model)),
+                 yes, what=f"this sweep ({n_runs:,} runs)")
 
 
 def run_sweep(scn: Scenario, out=None, *, dask_address: str | None = None,
@@ -258,21 +262,21 @@ def run_sweep(scn: Scenario, out=None, *, dask_address: str | None = None,
     if sw.executor == "dask" and not address:
         raise InputError("sweep.executor: dask needs sweep.dask_address or --dask ADDRESS")
     require_backend_files(scn)
-    _check_sweep_budget(scn, workers, yes)
+    model = build_model(scn)
+    _check_sweep_budget(scn, workers, yes, model)
     tasks, points = grid(scn)
     client = _dask_client(address) if address else None   # reached before any design work
     try:
-        return _sweep(scn, out, tasks, points, client, address, workers)
+        return _sweep(scn, out, model, tasks, points, client, address, workers)
     finally:
         if client is not None:
             client.close()
 
 
-def _sweep(scn: Scenario, out, tasks, points, client, address, workers) -> SweepResult:
+def _sweep(scn: Scenario, out, model, tasks, points, client, address, workers) -> SweepResult:
     """run_sweep after its checks: the folder, the trajectories, the runs, the summary."""
     folder = _prepare_folder(scn, out)
     timings: dict = {}
-    model = build_model(scn)
     trajs = trajectories(scn, model, timings)
     tdir = folder / "trajectories"
     tdir.mkdir(exist_ok=True)

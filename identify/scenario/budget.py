@@ -166,10 +166,11 @@ def estimate_run(scn: Scenario, n_joints: int = 6, cached=(), compiled: bool = T
 
 
 def estimate_sweep(scn: Scenario, n_runs: int, workers: int | None, n_joints: int = 6,
-                   load: float | None = None) -> Estimate:
+                   load: float | None = None, cached=(), compiled: bool = True) -> Estimate:
     """Time / memory of a sweep of `n_runs` runs on `workers` local processes (trajectories
-    optimized once, then cached)."""
-    one = estimate_run(scn, n_joints, load=load)
+    optimized once, then cached). cached, compiled: the caches' state before the sweep, as for
+    :func:`estimate_run`."""
+    one = estimate_run(scn, n_joints, cached=cached, compiled=compiled, load=load)
     labels = ("excitation", "validation")
     per_run = estimate_run(scn, n_joints, cached=labels, load=load).seconds
     design_s = one.seconds - per_run

@@ -81,6 +81,11 @@ def test_the_sweep_optimizes_once(quick):
     one_cold, one_warm = _s(quick), _s(quick, cached=BOTH)
     sw = B.estimate_sweep(quick, 10, workers=2, load=0.0)
     assert sw.seconds == pytest.approx(one_cold - one_warm + 10 * one_warm / 2, rel=1e-9)
+    # trajectories the cache holds are not optimized again, a model not compiled yet is
+    warm = B.estimate_sweep(quick, 10, workers=2, load=0.0, cached=BOTH)
+    assert warm.seconds == pytest.approx(10 * one_warm / 2, rel=1e-9)
+    cold_code = B.estimate_sweep(quick, 10, workers=2, load=0.0, cached=BOTH, compiled=False)
+    assert cold_code.seconds == pytest.approx(B.COMPILE_S + 10 * one_warm / 2, rel=1e-9)
 
 
 def test_cache_state_finds_what_the_optimizer_cached(tmp_path, monkeypatch):
