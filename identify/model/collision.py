@@ -210,7 +210,8 @@ def _resolve_mesh(filename: str, urdf_dir: Path, label: str) -> Path:
 
 
 def _read_mesh_vertices(path: Path, label: str) -> np.ndarray:
-    """Vertices (V, 3) of an STL (binary or ASCII) or OBJ mesh, in the mesh's own units."""
+    """Vertices (V, 3) of an STL (binary or ASCII) or OBJ mesh, in the mesh's own units. A
+    vertex that is not three numbers is a ValueError naming the mesh file and its line."""
     suffix = path.suffix.lower()
     if suffix == ".stl":
         data = path.read_bytes()
@@ -219,14 +220,9 @@ def _read_mesh_vertices(path: Path, label: str) -> np.ndarray:
             tri = np.dtype([("n", "<f4", 3), ("v", "<f4", (3, 3)), ("attr", "<u2")])
             V = np.frombuffer(data, tri, count=n, offset=84)["v"].reshape(-1, 3)
         else:
-            import re
-            txt = data.decode("ascii", errors="replace")
-            nums = re.findall(r"vertex\s+(\S+)\s+(\S+)\s+(\S+)", txt)
-            V = np.array(nums, float).reshape(-1, 3)
-    elif suffix == ".obj":
-        rows = [ln.split()[1:4] for ln in path.read_text(errors="replace").splitlines()
-                if ln.startswith("v ")]
-        V = np.array(rows, float).reshape(-1, 3)
+            V = _text_vertices(path, data.decode("ascii", errors="replace"), "vertex", 3)
+    elif suffix == ".obj":      # "v x y z [w | r g b]"
+        V = _text_vertices(path, path.read_text(errors="replace"), "v", None)
     else:
         raise ValueError(f"{label}: mesh {path.name}: only STL and OBJ meshes are read for the "
                          f"collision constraints; give the link an STL/OBJ or primitive "
@@ -236,6 +232,32 @@ def _read_mesh_vertices(path: Path, label: str) -> np.ndarray:
     if V.shape[0] == 0 or not np.all(np.isfinite(V)):
         raise ValueError(f"{label}: mesh {path} has no (finite) vertices")
     return V
+
+
+def _text_vertices(path: Path, text: str, key: str, count: int | None) -> np.ndarray:
+    """(V, 3) coordinates of the lines `key x y z ...` of a text mesh (ASCII STL: exactly 3
+    numbers; OBJ: at least 3, the first 3 taken). ValueError naming the file and line of the
+    first vertex that is not so."""
+    lines = [(i, ln.split()) for i, ln in enumerate(text.splitlines(), 1)
+             if ln.split()[:1] == [key]]
+    ok = [len(f) - 1 == count if count else len(f) - 1 >= 3 for _, f in lines]
+    if all(ok):
+        try:
+            return np.array([f[1:4] for _, f in lines], float).reshape(-1, 3)
+        except ValueError:          # a field that is no number: found below
+            pass
+    i, f = next((i, f) for (i, f), good in zip(lines, ok)
+                if not good or not all(map(_is_number, f[1:4])))
+    raise ValueError(f"mesh {path}, line {i}: {' '.join(f)!r} is not a vertex of "
+                     f"{'three' if count else 'at least three'} numbers")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _axis_capsule(V: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:

@@ -217,3 +217,24 @@ def test_nan_collision_origin_refused(tmp_path):
         '<mesh filename="x.obj" scale="0.001 0.001 0.001"/>', '<sphere radius="0.1"/>'))
     with pytest.raises(ValueError, match=r"link 'l1' <collision>: <origin xyz='0 nan 0.2'>: expected 3 finite"):
         capsules_from_urdf(urdf, ["j1"], link_tubes=False)
+
+
+@pytest.mark.parametrize("name, body, match", [
+    ("short.obj", "v 0 0 0\nv 1 2\nv 1 1 1\nf 1 2 3\n", r"short\.obj, line 2: 'v 1 2' is not a vertex of at least three"),
+    ("word.obj", "# made by hand\nv a b c\n", r"word\.obj, line 2: 'v a b c' is not a vertex"),
+    ("short.stl", "solid x\nfacet normal 0 0 1\nouter loop\nvertex 0 0\nendloop\nendfacet\nendsolid\n",
+     r"short\.stl, line 4: 'vertex 0 0' is not a vertex of three numbers"),
+])
+def test_malformed_mesh_named_with_its_line(tmp_path, name, body, match):
+    """A text mesh whose vertex is not three numbers is refused naming the URDF, the link, the
+    mesh file and its line (was numpy's "could not convert string to float" with no file);
+    OBJ vertices with a w or colour after x y z are read."""
+    (tmp_path / "meshes").mkdir()
+    (tmp_path / "meshes" / name).write_text(body)
+    urdf = tmp_path / "m.urdf"
+    urdf.write_text(_URDF.format(fn=f"meshes/{name}"))
+    with pytest.raises(ValueError, match=r"m\.urdf: link 'l1' <collision>: mesh .*" + match):
+        capsules_from_urdf(urdf, ["j1"], link_tubes=False)
+    (tmp_path / "meshes" / "ok.obj").write_text("v 0 0 0 1\nv 1 0 0\nv 0 1 0 0.5 0.5 0.5\nf 1 2 3\n")
+    urdf.write_text(_URDF.format(fn="meshes/ok.obj"))
+    assert capsules_from_urdf(urdf, ["j1"], link_tubes=False)
