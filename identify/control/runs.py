@@ -7,7 +7,8 @@ Runs of one section share the backend settings; the twin's runs differ only in w
 the three tracking cases use the scenario's noise seed (same noise), the collision runs fresh
 seeds (seed + 1: collision-free test run, seed + 2: the contact run) so the thresholds are judged
 on noise they were not set on; the transfer's runs (identify.control.transfer: the other
-trajectory's calibration, the rest calibration, the contact at rest) seeds + 3 .. + 5."""
+trajectory's calibration, the rest calibration, the contact at rest, a longer free run) the
+seeds after them (seed + 3 to seed + 6)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -128,8 +129,9 @@ def run_loop(spec: ClosedLoopSpec, backend_name: str, arm: BackendArm, settings:
                                      stiction_speed=col.stiction_speed_rad_s)
     if col.transfer:
         _transfer(res, spec, calib_trajectory, trajectory, free, hit, contact, names, models,
-                  lambda tr, sd, cs: run_case(backend_name, arm, {**s, "seed": sd, "contacts": cs},
-                                              tr, ff, progress=progress), seed)
+                  lambda tr, sd, cs, p: run_case(backend_name, arm,
+                                                 {**s, "seed": sd, "contacts": cs}, tr, ff,
+                                                 periods=p, progress=progress), seed)
     return res
 
 

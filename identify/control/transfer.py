@@ -127,18 +127,24 @@ def other_trajectory(label: str) -> str:
 
 
 def transfer_runs(run, calib_trajectory, judged_trajectory, col, seed: int) -> tuple[dict, dict]:
-    """The runs the transfer needs besides the judged trajectory's collision-free and contact runs
-    (the same-trajectory part's): ({label: recording}, {label: noise seed}).
-    `run(trajectory, seed, contacts)` -> recording (one closed-loop run with the identified
-    feed-forward); col: a CollisionSpec. Seeds seed + 3 .. + 5: noise the others did not see."""
+    """The runs the transfer needs besides the judged trajectory's contact run (and, with
+    ``col.free_periods`` 1, its collision-free run: the same-trajectory part's): ({label:
+    recording}, {label: noise seed}). `run(trajectory, seed, contacts, periods)` -> recording
+    (one closed-loop run with the identified feed-forward); col: a CollisionSpec. Seeds
+    seed + 3 .. + 6: noise the others did not see."""
     seeds = {"transfer_calibration": seed + 3, "transfer_rest_calibration": seed + 4,
              "transfer_rest_contact": seed + 5}
+    if col.free_periods > 1:
+        seeds["transfer_free"] = seed + 6
     rest = contact_from_spec(col.rest_contact)
-    recs = {"transfer_calibration": run(calib_trajectory, seeds["transfer_calibration"], []),
+    recs = {"transfer_calibration": run(calib_trajectory, seeds["transfer_calibration"], [], 1),
             "transfer_rest_calibration": run(hold(calib_trajectory.q0, col.rest_calibration_s),
-                                             seeds["transfer_rest_calibration"], []),
+                                             seeds["transfer_rest_calibration"], [], 1),
             "transfer_rest_contact": run(hold(judged_trajectory.q0, col.rest_hold_s),
-                                         seeds["transfer_rest_contact"], [rest.as_setting()])}
+                                         seeds["transfer_rest_contact"], [rest.as_setting()], 1)}
+    if col.free_periods > 1:
+        recs["transfer_free"] = run(judged_trajectory, seeds["transfer_free"], [],
+                                    int(col.free_periods))
     return recs, seeds
 
 
@@ -146,15 +152,16 @@ def evaluate_transfer(model: JointModel, recs: dict, free, hit, contact: Contact
                       name: str, calibrated_on: str, judged_on: str,
                       seeds: dict | None = None) -> TransferResult:
     """One model's :class:`TransferResult` from :func:`transfer_runs`'s recordings `recs`, the
-    judged trajectory's collision-free run `free` and contact run `hit` (with `contact`); col: a
-    CollisionSpec (signal, gain, threshold rule, settle_s, rest_contact)."""
+    judged trajectory's collision-free run `free` (its ``transfer_free`` recording instead when
+    `recs` has one) and contact run `hit` (with `contact`); col: a CollisionSpec (signal, gain,
+    threshold rule, settle_s, rest_contact)."""
     kw = {"signal": col.signal, "gain": col.observer_gain,
           "stiction_speed": col.stiction_speed_rad_s}
     ra = calibrate(model, recs["transfer_calibration"], recs["transfer_rest_calibration"],
                    settle_s=col.settle_s, k_sigma=col.k_sigma, peak_factor=col.peak_factor,
                    margin_Nm=col.margin_Nm, **kw)
     rest = contact_from_spec(col.rest_contact)
-    det = judge(model, ra, {"free": (free, []), "moving": (hit, [contact]),
+    det = judge(model, ra, {"free": (recs.get("transfer_free", free), []), "moving": (hit, [contact]),
                             "rest": (recs["transfer_rest_contact"], [rest])}, **kw)
     return TransferResult(model=name, model_source=model.source, signal=col.signal,
                           gain=float(col.observer_gain),

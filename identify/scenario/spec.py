@@ -322,6 +322,10 @@ class CollisionSpec:
         0.1, gt=0.0, doc="the arm counts as at rest once commanded still this long [s] (the "
                          "rest-aware thresholds' friction state; 0.1 s = 5 time constants at the "
                          "default observer gain)")
+    free_periods: int = _f(
+        1, min=1, doc="periods of the judged trajectory's collision-free run the transferred "
+                      "thresholds are judged on (1: the same-trajectory part's free run; more: "
+                      "a run of its own, e.g. 6 x 10 s for the >= 60 s of issue 22)")
     rest_hold_s: float = _f(
         1.0, gt=0.0, doc="length of the contact-at-rest run: the judged trajectory's start pose "
                          "held [s]")

@@ -34,7 +34,7 @@ def loop():
     from identify.scenario.load import scenario_from_dict
     d = tiny_scenario("transfer_product")
     d["closed_loop"] = {"sample_rate_hz": 1000, "collision": {
-        "contact": MOVING, "rest_contact": REST, "compare_cad": False}}
+        "contact": MOVING, "rest_contact": REST, "compare_cad": False, "free_periods": 2}}
     scn = scenario_from_dict(d, base=ROOT)
     robot = build_model(scn)
     truth = true_link_parameters(scn, robot)
@@ -68,7 +68,10 @@ def test_transfer_runs_are_the_ones_stated(loop):
     inside = (rest.t >= 0.5) & (rest.t < 0.7)
     assert tex[inside].min() > 1.0 and tex[~inside & (rest.t < 0.49)].max() == 0.0
     assert t.seeds == {"transfer_calibration": 3, "transfer_rest_calibration": 4,
-                       "transfer_rest_contact": 5}
+                       "transfer_rest_contact": 5, "transfer_free": 6}
+    free = res.recordings["transfer_free"]        # free_periods 2: the judged trajectory twice
+    assert np.allclose(free.q_cmd[0], tr["validation"].q0, atol=1e-6)
+    assert free.t[-1] - free.t[0] == pytest.approx(8.0, abs=2e-3)
 
 
 def _judged(loop, signal):
@@ -85,13 +88,13 @@ def _judged(loop, signal):
 @pytest.mark.parametrize("signal", ["tau_m", "tau_j"])
 def test_thresholds_from_the_excitation_hold_on_the_validation_trajectory(loop, signal):
     """Thresholds from the excitation run judged on the validation trajectory, either rule: no
-    false alarm on its collision-free run nor around its contacts; its 20 N contact while moving
+    false alarm on its collision-free run (2 periods, 8 s) nor around its contacts; its 20 N contact while moving
     (the twin's true external torque > 1 N*m) found within 50 ms; the rest thresholds are the
     rest calibration's, not the moving ones."""
     t = _judged(loop, signal)
     for rule in ("static", "rest_aware"):
         d = t.detections[rule]
-        assert d["free"].false_alarms == 0 and d["free"].duration_s == pytest.approx(4.0)
+        assert d["free"].false_alarms == 0 and d["free"].duration_s == pytest.approx(8.0)
         assert d["moving"].tau_ext_peak_Nm[0] > 1.0
         assert d["moving"].detected.all() and d["moving"].max_delay_ms <= 50.0, rule
         assert d["moving"].false_alarms == 0 and d["rest"].false_alarms == 0
