@@ -62,18 +62,17 @@ def _contacts(force: float, times, dirs) -> list:
 
 
 def transfer_study(scn, folder: Path, seed: int) -> list:
-    """Rows (signal, case, OnsetDetection) of the thresholds-transfer study (module doc) with the
-    model exported in `folder`, on the twin of `scn`."""
+    """Rows (signal, rule, case, OnsetDetection, thresholds) of the thresholds-transfer study
+    (module doc) with the model exported in `folder`, on the twin of `scn` -- the product's
+    identify.control.transfer (calibrate, judge, merge_onsets) over many onsets."""
     from identify.app.acquisition import backend_arm
     from identify.app.inputs import build_model
     from identify.app.trajectories import get_trajectory
-    from identify.backend.contact import Contact
     from identify.control.closed_loop import run_case
-    from identify.control.detection import observer_residual, onset_detection, rest_aware
     from identify.control.feedforward import feedforward
     from identify.control.joint_model import from_export
-    from identify.control.observer import alarms, thresholds
-    from identify.excitation.fourier import FourierTrajectory
+    from identify.backend.contact import Contact
+    from identify.control.transfer import calibrate, hold, judge, merge_onsets
     from identify.outputs import layout
     model = build_model(scn)
     ex = layout.exported_model(folder)
@@ -82,64 +81,39 @@ def transfer_study(scn, folder: Path, seed: int) -> list:
                              scn.identification.friction_terms, k)[0]
            for k in ("excitation", "validation")}
     val = trs["validation"]
-    hold = FourierTrajectory(q0=val.q0, a=np.zeros((model.n, 1)), b=np.zeros((model.n, 1)),
-                             wf=2 * np.pi / 0.8)
     col = scn.closed_loop.collision
     s = {**scn.backend_settings(), "sample_rate_hz": scn.closed_loop.sample_rate_hz}
     arm, ff = backend_arm(scn, model), feedforward(ident)
     times = 0.35 + 0.5 * np.arange(20)
     moving = [(1, 0, 0), (0, 1, 0), (-1, 0, 0), (0, -1, 0)]
-    hold_ex = FourierTrajectory(q0=trs["excitation"].q0, a=np.zeros((model.n, 1)),
-                                b=np.zeros((model.n, 1)), wf=2 * np.pi / 3.0)
     runs = {"calibration (excitation)": (trs["excitation"], 1, []),
-            "rest calibration": (hold_ex, 1, []),
+            "rest calibration": (hold(trs["excitation"].q0, 3.0), 1, []),
             "free, other trajectory": (val, 6, []),
             **{f"{f:g} N moving": (val, 1, _contacts(f, times, moving)) for f in (5.0, 10.0, 20.0)},
             # one contact per rest episode (0.8 s hold, contact at 0.5 s): a contact at rest moves
             # the friction state, a detection at rest latches (docs/closed_loop.md)
-            **{f"{f:g} N at rest #{i}": (hold, 1, _contacts(f, [0.5], [((-1) ** i, 0, 0)]))
+            **{f"{f:g} N at rest #{i}": (hold(val.q0, 0.8), 1,
+                                         _contacts(f, [0.5], [((-1) ** i, 0, 0)]))
                for f in (5.0, 10.0, 20.0) for i in range(20)}}
     recs = {k: run_case("twin", arm, {**s, "seed": seed + 10 + i, "contacts": c}, tr, ff,
                         periods=p)
             for i, (k, (tr, p, c)) in enumerate(runs.items())}
+    judged = {k: (rec, [Contact(**{**c, "force_N": tuple(c["force_N"])}) for c in runs[k][2]])
+              for k, rec in list(recs.items())[2:]}
     rows = []
     for sig in ("tau_m", "tau_j"):
-        r_cal, b_cal = observer_residual(ident, recs["calibration (excitation)"], sig,
-                                         col.observer_gain, col.stiction_speed_rad_s)
-        th = thresholds(r_cal, col.k_sigma, col.peak_factor, col.margin_Nm, band=b_cal)
-        ra = rest_aware(ident, recs["calibration (excitation)"], recs["rest calibration"], sig,
-                        col.observer_gain, col.stiction_speed_rad_s, k_sigma=col.k_sigma,
-                        peak_factor=col.peak_factor, margin_Nm=col.margin_Nm)
-        for k, rec in list(recs.items())[2:]:
-            r, b = observer_residual(ident, rec, sig, col.observer_gain, col.stiction_speed_rad_s)
-            cs = [Contact(link=c["link"], time_s=c["time_s"], duration_s=c["duration_s"],
-                          force_N=tuple(c["force_N"])) for c in runs[k][2]]
-            tex = (rec.truth or {}).get("tau_ext")
-            rows.append((sig, "static", k.split(" #")[0],
-                         onset_detection(rec.t, alarms(r, th.value, b), cs, col.observer_gain,
-                                         tex), th.value))
-            a = ra.alarms(ident, rec, sig, col.observer_gain, col.stiction_speed_rad_s)
-            rows.append((sig, "rest-aware", k.split(" #")[0],
-                         onset_detection(rec.t, a, cs, col.observer_gain, tex), ra.rest.value))
-    return _merge(rows)
-
-
-def _merge(rows) -> list:
-    """Rows of the same (signal, rule, case) -- the one-contact rest runs -- as one row."""
-    from identify.control.detection import OnsetDetection
-    out = {}
-    for sig, rule, k, od, th in rows:
-        key = (sig, rule, k)
-        if key not in out:
-            out[key] = (sig, rule, k, od, th)
-            continue
-        o = out[key][3]
-        out[key] = (sig, rule, k, OnsetDetection(
-            onsets_s=np.append(o.onsets_s, od.onsets_s), detected=np.append(o.detected, od.detected),
-            delay_ms=np.append(o.delay_ms, od.delay_ms), false_alarms=o.false_alarms + od.false_alarms,
-            duration_s=o.duration_s + od.duration_s,
-            tau_ext_peak_Nm=np.append(o.tau_ext_peak_Nm, od.tau_ext_peak_Nm)), th)
-    return list(out.values())
+        kw = {"signal": sig, "gain": col.observer_gain, "stiction_speed": col.stiction_speed_rad_s}
+        ra = calibrate(ident, recs["calibration (excitation)"], recs["rest calibration"],
+                       settle_s=col.settle_s, k_sigma=col.k_sigma, peak_factor=col.peak_factor,
+                       margin_Nm=col.margin_Nm, **kw)
+        for rule, cases in judge(ident, ra, judged, **kw).items():
+            th = ra.moving.value if rule == "static" else ra.rest.value
+            label = "static" if rule == "static" else "rest-aware"
+            merged = {}
+            for k, od in cases.items():        # the one-contact rest runs as one row
+                merged.setdefault(k.split(" #")[0], []).append(od)
+            rows += [(sig, label, k, merge_onsets(ods), th) for k, ods in merged.items()]
+    return rows
 
 
 def _print_transfer(law: str, rows) -> None:
@@ -170,6 +144,9 @@ def transfer_main(seeds, out: Path) -> int:
                   f"{1e3 * tr['identified_ff']:.4f} / {1e3 * tr['true_ff']:.4f}; identified/PID "
                   f"{cl['goals']['identified_vs_pid']:.3f}, identified/true "
                   f"{cl['goals']['identified_vs_true']:.3f}")
+            from identify.outputs.transfer import transfer_summary
+            print("\n".join(["the product's closed_loop.collision (metrics.json collision_transfer):"]
+                            + transfer_summary(m.get("collision_transfer"))))
             _print_transfer(stem, transfer_study(scn, folder, seed))
             pscn, pfolder = _with_seed(ROOT / "scenarios" / "payload.yaml", seed, out)
             if stem != "closed_loop":

@@ -18,6 +18,7 @@ from identify.common.fileio import write_yaml
 from identify.control.joint_model import from_export
 from identify.control.plots import plot_collision, plot_tracking
 from identify.control.runs import fit_payload, known_arm_model, loop_models, run_loop, run_payload
+from identify.control.transfer import other_trajectory
 from identify.logs.load import gains_from_drives, load_log
 from identify.model.drives import load_drives
 from identify.outputs import layout
@@ -60,10 +61,12 @@ def closed_loop_run(folder: Path, scn: Scenario, model, trajectory, run: RunInfo
     settings = scn.backend_settings()
     if scn.backend == "hardware":        # as the identification's runs: samples kept on a stop
         settings.setdefault("record_dir", str(folder / layout.RECORDINGS / "closed_loop"))
+    calib = _calibration_trajectory(folder, scn, model, run)
     with progress.step("closed loop", run.timings):
         try:
             res = run_loop(scn.closed_loop, scn.backend, backend_arm(scn, model), settings,
-                           trajectory, models, model.joint_names, progress=progress.enabled())
+                           trajectory, models, model.joint_names, calib_trajectory=calib,
+                           progress=progress.enabled())
         except ValueError as exc:
             raise SafetyRefusal(f"the {scn.backend} backend refused a closed-loop run: {exc}") from exc
     run.messages.extend(res.notes)
@@ -78,7 +81,25 @@ def closed_loop_run(folder: Path, scn: Scenario, model, trajectory, run: RunInfo
         for label, rec in res.recordings.items():
             rec.save(layout.recording(folder, label))
     run.files.update({k: str(v.relative_to(folder)) for k, v in files.items()})
-    return ControlOutcome(closed_loop=res.closed_loop, collision=dict(res.collision))
+    return ControlOutcome(closed_loop=res.closed_loop, collision=dict(res.collision),
+                          collision_transfer=dict(res.transfer))
+
+
+def _calibration_trajectory(folder: Path, scn: Scenario, model, run: RunInfo):
+    """The trajectory the transferred collision thresholds are calibrated on (the other one of
+    excitation / validation; saved into the run folder when this run did not already), or None
+    when the transfer does not run (off, collision off, not the twin)."""
+    cl = scn.closed_loop
+    if not (cl.collision.enabled and cl.collision.transfer and scn.backend == "twin"):
+        return None
+    label = other_trajectory(cl.trajectory)
+    with progress.step(f"{label} trajectory (collision calibration)", run.timings):
+        tr, info = get_trajectory(getattr(scn.trajectories, label), model,
+                                  scn.identification.friction_terms, label)
+    if label not in run.trajectories:
+        run.trajectories[label] = info
+        tr.save(layout.trajectory(folder, label))
+    return tr
 
 
 def _payload(scn: Scenario, model, folder: Path, run: RunInfo, command: str, truth, log, *,

@@ -6,7 +6,9 @@ run folder; :mod:`identify.outputs.render` renders the results.
 Runs of one section share the backend settings; the twin's runs differ only in what is stated:
 the three tracking cases use the scenario's noise seed (same noise), the collision runs fresh
 seeds (seed + 1: collision-free test run, seed + 2: the contact run) so the thresholds are judged
-on noise they were not set on."""
+on noise they were not set on; the transfer's runs (identify.control.transfer: the other
+trajectory's calibration, the rest calibration, the contact at rest, a longer free run) the
+seeds after them (seed + 3 to seed + 6)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,7 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from identify.backend.arm import BackendArm
-from identify.backend.contact import Contact
 from identify.estimation.processing import ProcessingSettings, process
 from identify.scenario.spec import ClosedLoopSpec, PayloadSpec
 
@@ -23,6 +24,7 @@ from .detection import evaluate
 from .feedforward import feedforward, pid_only
 from .joint_model import JointModel, cad_model, from_export, from_parameters
 from .payload_run import PayloadResult, identify_payload, wrist_excitation
+from .transfer import contact_from_spec, evaluate_transfer, other_trajectory, transfer_runs
 
 __all__ = ["LoopResults", "loop_models", "run_loop", "known_arm_model", "run_payload"]
 
@@ -30,10 +32,13 @@ __all__ = ["LoopResults", "loop_models", "run_loop", "known_arm_model", "run_pay
 @dataclass
 class LoopResults:
     """closed_loop: ClosedLoopResult (None after a hardware dry run); collision: model name ("identified", "cad") ->
-    CollisionResult (empty when not run); notes: why parts did not run; recordings: label ->
-    Recording (closed-loop and collision runs, for the run folder)."""
+    CollisionResult (empty when not run); transfer: model name -> TransferResult (thresholds
+    calibrated on the other trajectory, identify.control.transfer; empty when not run); notes:
+    why parts did not run; recordings: label -> Recording (closed-loop and collision runs, for
+    the run folder)."""
     closed_loop: ClosedLoopResult
     collision: dict = field(default_factory=dict)
+    transfer: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     recordings: dict = field(default_factory=dict)
 
@@ -63,9 +68,12 @@ def loop_models(robot, *, identified: JointModel, truth=None, cad_inertial=None,
 
 
 def run_loop(spec: ClosedLoopSpec, backend_name: str, arm: BackendArm, settings: dict, trajectory,
-             models: dict, joint_names, *, progress: bool = False) -> LoopResults:
+             models: dict, joint_names, *, calib_trajectory=None,
+             progress: bool = False) -> LoopResults:
     """The tracking cases (pid_only, identified_ff, true_ff when the true model is known) and,
-    on the twin, the collision runs with the identified (and CAD) model."""
+    on the twin, the collision runs with the identified (and CAD) model; with
+    ``collision.transfer``, also thresholds calibrated on `calib_trajectory` (the other one of
+    excitation / validation) and a rest hold, judged on `trajectory` and a contact at rest."""
     twin = backend_name == "twin"
     s = dict(settings)
     if twin:
@@ -102,10 +110,7 @@ def run_loop(spec: ClosedLoopSpec, backend_name: str, arm: BackendArm, settings:
         res.notes.append("collision: needs the twin's contact events; on hardware calibrate the "
                          "thresholds on a collision-free run and test with a real contact")
         return res
-    c = col.contact
-    contact = Contact(link=c.link, time_s=float(c.time_s), duration_s=float(c.duration_s),
-                      force_N=tuple(c.force_N),
-                      point_m=None if c.point_m is None else tuple(c.point_m))
+    contact = contact_from_spec(col.contact)
     if not 0 <= contact.time_s < float(trajectory.duration):
         raise ValueError(f"closed_loop.collision.contact.time_s = {contact.time_s} s is not "
                          f"within the trajectory (0 .. {float(trajectory.duration)} s)")
@@ -122,7 +127,27 @@ def run_loop(spec: ClosedLoopSpec, backend_name: str, arm: BackendArm, settings:
                                      k_sigma=col.k_sigma, peak_factor=col.peak_factor,
                                      margin_Nm=col.margin_Nm,
                                      stiction_speed=col.stiction_speed_rad_s)
+    if col.transfer:
+        _transfer(res, spec, calib_trajectory, trajectory, free, hit, contact, names, models,
+                  lambda tr, sd, cs, p: run_case(backend_name, arm,
+                                                 {**s, "seed": sd, "contacts": cs}, tr, ff,
+                                                 periods=p, progress=progress), seed)
     return res
+
+
+def _transfer(res: LoopResults, spec: ClosedLoopSpec, calib_trajectory, trajectory, free, hit,
+              contact, names, models, run, seed: int) -> None:
+    """The transfer part of run_loop into `res` (transfer, recordings, notes)."""
+    if calib_trajectory is None:
+        res.notes.append("collision.transfer: no calibration trajectory given, not run")
+        return
+    calib_on = other_trajectory(spec.trajectory)
+    recs, seeds = transfer_runs(run, calib_trajectory, trajectory, spec.collision, seed)
+    res.recordings.update(recs)
+    for nm in names:
+        res.transfer[nm] = evaluate_transfer(models[nm], recs, free, hit, contact,
+                                             spec.collision, name=nm, calibrated_on=calib_on,
+                                             judged_on=spec.trajectory, seeds=seeds)
 
 
 def known_arm_model(spec: PayloadSpec, robot, truth=None, exported=None) -> JointModel:

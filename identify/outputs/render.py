@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from identify.common.jsonutil import to_jsonable
+from identify.outputs.transfer import transfer_metrics, transfer_summary
 from identify.estimation.estimators import MISFIT_RATIO
 
 from identify.validation.parameter_errors import near_zero, stage2_truth
@@ -434,6 +435,8 @@ def control_sections(control: ControlOutcome | None) -> dict:
         out["closed_loop"] = closed_loop_metrics(control.closed_loop)
     if control.collision:
         out["collision"] = collision_metrics(control.collision)
+    if control.collision_transfer:
+        out["collision_transfer"] = transfer_metrics(control.collision_transfer)
     if control.payload is not None:
         out["payload"] = payload_metrics(control.payload)
     return out
@@ -542,6 +545,8 @@ def collision_metrics(results: dict) -> dict:
                                    "margin_Nm": first.thresholds.margin_Nm,
                                    "stiction_speed_rad_s": first.stiction_speed},
                 "contact": first.contact.as_setting(),
+                "calibrated_on": "a collision-free run of the same trajectory (fresh noise); "
+                                 "thresholds from another trajectory: collision_transfer",
                 "goal": {"delay_ms": 50.0, "false_alarms": 0,
                          "met": {k: bool(r.detected and r.detection_delay_ms <= 50.0
                                          and r.false_alarms == 0) for k, r in results.items()}}})
@@ -648,4 +653,4 @@ def _control_summary(metrics: dict) -> list[str]:
              else "not detected")
         lines.append(f"  collision, {k} model: {d}; false alarms {v.get('false_alarms')} "
                      f"(free run) / {v.get('false_alarms_contact_run')} (contact run)")
-    return lines
+    return lines + transfer_summary(metrics.get("collision_transfer"))

@@ -26,6 +26,7 @@ from identify.common.figures import caption as _caption
 
 from .markup import render_html, render_markdown
 from .render import headline_lines
+from .transfer import transfer_blocks
 
 __all__ = ["build_report", "PAPER"]
 
@@ -642,9 +643,12 @@ def _control_blocks(metrics: dict) -> list[tuple]:
         c = col.get("contact", {})
         B.append(("p", f"Contact: {c.get('force_N')} N on {c.get('link')} at {c.get('time_s')} s for "
                        f"{c.get('duration_s')} s; observer input {col.get('signal')}, gain "
-                       f"{col.get('observer_gain_per_s')} 1/s; thresholds from a collision-free run "
-                       f"({col.get('threshold_rule')}). Goal: detected within 50 ms, 0 false alarms."))
+                       f"{col.get('observer_gain_per_s')} 1/s; thresholds from a collision-free "
+                       f"run of the same trajectory ({col.get('threshold_rule')}). Goal: detected "
+                       f"within 50 ms, 0 false alarms."))
         B.append(("img", "plots/collision.png", _caption("collision")))
+    if metrics.get("collision_transfer"):
+        B += transfer_blocks(metrics["collision_transfer"])
     pl = metrics.get("payload")
     if pl:
         B.append(("h", 2, "Payload identification"))

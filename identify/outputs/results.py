@@ -321,8 +321,11 @@ class ControlOutcome:
     """What the control sections of a scenario produced (identify.control):
 
     closed_loop: ``ClosedLoopResult`` of the tracking cases, or None; collision: model name ->
-    ``CollisionResult`` (empty when not run); payload: ``PayloadResult`` of a payload
-    identification, or None."""
+    ``CollisionResult`` (empty when not run); collision_transfer: model name ->
+    ``identify.control.transfer.TransferResult`` (thresholds calibrated on the other
+    trajectory; empty when not run); payload: ``PayloadResult`` of a payload identification, or
+    None."""
     closed_loop: object = None
     collision: dict = field(default_factory=dict)
+    collision_transfer: dict = field(default_factory=dict)
     payload: object = None

@@ -250,13 +250,23 @@ def _check_control(scn: Scenario, ctx: CheckContext, n: int | None) -> None:
         if cl.model is not None and exported_model(cl.model) is None:
             raise ctx.error(("closed_loop", "model"), f"{cl.model} holds no exported model "
                                                       f"({URDF}: a run folder of twinid run / fit)")
-        link = cl.collision.contact.link
-        if cl.collision.enabled and scn.backend == "twin":
+        col = cl.collision
+        if col.enabled and scn.backend == "twin":
             from identify.model.urdf import load_chain
             links = set(load_chain(scn.arm.urdf).link_names)
-            if link not in links:
-                raise ctx.error(("closed_loop", "collision", "contact", "link"),
-                                f"unknown link {link!r}; the arm's moving links: {sorted(links)}")
+            for key in ("contact",) + (("rest_contact",) if col.transfer else ()):
+                link = getattr(col, key).link
+                if link not in links:
+                    raise ctx.error(("closed_loop", "collision", key, "link"),
+                                    f"unknown link {link!r}; the arm's moving links: "
+                                    f"{sorted(links)}")
+            rc = col.rest_contact
+            if col.transfer and not col.settle_s <= rc.time_s < rc.time_s + rc.duration_s <= \
+                    col.rest_hold_s:
+                raise ctx.error(("closed_loop", "collision", "rest_contact", "time_s"),
+                                f"the contact at rest ({rc.time_s} s for {rc.duration_s} s) must "
+                                f"start after settle_s ({col.settle_s} s) and end within "
+                                f"rest_hold_s ({col.rest_hold_s} s)")
     ps = scn.payload
     if ps is not None:
         if ps.start_deg is not None and n is not None and len(ps.start_deg) != n:

@@ -333,6 +333,30 @@ class CollisionSpec:
         0.02, min=0.0, doc="width of the thresholds' friction band at velocity reversals [rad/s] "
                            "(0: static thresholds only)")
     compare_cad: bool = _f(True, doc="also run the observer with the CAD model")
+    transfer: bool = _f(
+        True, doc="also judge thresholds that transfer (docs/closed_loop.md): calibrated on a "
+                  "collision-free run of the OTHER trajectory (excitation when the loop runs the "
+                  "validation one, and the reverse) plus a hold of its start pose, judged on this "
+                  "trajectory's collision-free and contact runs and on a contact at rest "
+                  "(rest_contact), static and rest-aware thresholds (twin only)")
+    rest_calibration_s: float = _f(
+        3.0, gt=0.0, doc="length of the collision-free rest calibration: the calibration "
+                         "trajectory's start pose held [s]")
+    settle_s: float = _f(
+        0.1, gt=0.0, doc="the arm counts as at rest once commanded still this long [s] (the "
+                         "rest-aware thresholds' friction state; 0.1 s = 5 time constants at the "
+                         "default observer gain)")
+    free_periods: int = _f(
+        1, min=1, doc="periods of the judged trajectory's collision-free run the transferred "
+                      "thresholds are judged on (1: the same-trajectory part's free run; more: "
+                      "a run of its own, e.g. 6 x 10 s for the >= 60 s of issue 22)")
+    rest_hold_s: float = _f(
+        1.0, gt=0.0, doc="length of the contact-at-rest run: the judged trajectory's start pose "
+                         "held [s]")
+    rest_contact: ContactSpec = _f(
+        factory=lambda: ContactSpec(time_s=0.5, force_N=(20.0, 0.0, 0.0)),
+        doc="the contact applied while the arm holds the judged trajectory's start pose (time_s "
+            "on the hold's clock, after settle_s, ending within rest_hold_s)")
 
 
 @dataclass(frozen=True)

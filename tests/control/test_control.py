@@ -216,6 +216,13 @@ def test_evaluate_counts_false_alarms_outside_the_contact(arm_model):
      "closed_loop.collision.contact.link: unknown link 'forearm'"),
     ({"closed_loop": {"collision": {"observer_gain": 0}}},
      "closed_loop.collision.observer_gain: must be > 0"),
+    ({"closed_loop": {"collision": {"rest_contact": {"link": "forearm"}}}},
+     "closed_loop.collision.rest_contact.link: unknown link 'forearm'"),
+    ({"closed_loop": {"collision": {"rest_contact": {"time_s": 0.05}}}},
+     "closed_loop.collision.rest_contact.time_s: the contact at rest (0.05 s for 0.2 s) must "
+     "start after settle_s (0.1 s)"),
+    ({"closed_loop": {"collision": {"rest_hold_s": 0.6}}},
+     "end within rest_hold_s (0.6 s)"),
     ({"closed_loop": {"model": "/nonexistent/run"}}, "closed_loop.model: not found"),
     ({"payload": {"start_deg": [0, 0, 0]}}, "payload.start_deg: must have one angle per joint (6)"),
     ({"payload": {"signal": "current"}}, "payload.signal"),
