@@ -9,7 +9,8 @@ sum of
   the run folder's documents and report);
 * :data:`DESIGN_S` per trajectory (x grid / 200): its design figures and the collision check
   on 10x its grid (also for a cached or loaded trajectory);
-* the twin, which simulates at 1 kHz, about :data:`TWIN_STEPS_PER_S` steps per second;
+* the twin, which simulates at 1 kHz, about :data:`TWIN_STEPS_PER_S` steps per second, also
+  the runs of the ``closed_loop:`` / ``payload:`` sections (:func:`control_sim_seconds`);
 * identification, validation and the physically consistent fit: about :data:`S_PER_SAMPLE`
   seconds and :data:`BYTES_PER_SAMPLE` bytes per recorded sample (regressor (N, n, 10n) and its
   decomposition copies, filtered signals, design matrices: ``period_s: 3600`` at 100 Hz,
@@ -149,6 +150,10 @@ def estimate_run(scn: Scenario, n_joints: int = 6, cached=(), compiled: bool = T
             opt_s += optimization_seconds(t, cores)
             opt_parts.append(label)
         parts.append(f"{label} {dur:g} s")
+    control_s = control_sim_seconds(scn)
+    if control_s:
+        sim_s += control_s
+        parts.append(f"closed loop / payload runs {control_s:.0f} s simulated")
     twin_s = sim_s * 1000.0 / TWIN_STEPS_PER_S if scn.backend == "twin" else sim_s
     plots_s = PLOTS_S + PLOT_S_PER_SAMPLE * samples if scn.outputs.plots else 0.0
     compile_s = 0.0 if compiled else COMPILE_S
@@ -163,6 +168,33 @@ def estimate_run(scn: Scenario, n_joints: int = 6, cached=(), compiled: bool = T
                                          if compile_s else "") + (
         f"; x{busy:.1f} for the machine's load" if busy >= 1.05 else "")
     return Estimate(seconds=seconds, peak_bytes=peak, disk_bytes=disk, detail=detail)
+
+
+def control_sim_seconds(scn: Scenario) -> float:
+    """Seconds the backend runs for the ``closed_loop:`` / ``payload:`` sections (each run one
+    period plus the twin's settle time): the tracking cases (pid_only, identified_ff and, on
+    the twin, true_ff), the collision part's free and contact runs, and its transfer part (the
+    other trajectory, the rest calibration, the rest contact, the free run of free_periods);
+    the payload's wrist excitation. Their observers and fits are cheap beside the runs."""
+    settle = float((scn.twin or {}).get("settle_s", 0.5) or 0.0)
+    total = 0.0
+    cl = scn.closed_loop
+    if cl is not None:
+        twin = scn.backend == "twin"
+        other = "validation" if cl.trajectory == "excitation" else "excitation"
+        period = getattr(scn.trajectories, cl.trajectory).period_s
+        runs = [period] * (3 if twin else 2)
+        col = cl.collision
+        if col.enabled and twin:
+            runs += [period] * 2
+            if col.transfer:
+                runs += [getattr(scn.trajectories, other).period_s, col.rest_calibration_s,
+                         col.rest_hold_s] + ([col.free_periods * period]
+                                             if col.free_periods > 1 else [])
+        total += sum(r + settle for r in runs)
+    if scn.payload is not None:
+        total += scn.payload.period_s + settle
+    return total
 
 
 def estimate_sweep(scn: Scenario, n_runs: int, workers: int | None, n_joints: int = 6,

@@ -108,3 +108,24 @@ def test_cache_state_finds_what_the_optimizer_cached(tmp_path, monkeypatch):
     scn_d["trajectories"]["validation"]["seed"] = 7
     f.write_text(yaml.safe_dump(scn_d))
     assert cache_state(load_scenario(f), model)["cached"] == frozenset({"excitation"})
+
+
+def test_the_control_sections_runs_are_counted():
+    """closed_loop.yaml: the tracking cases (3 on the twin), the collision part's free and contact
+    runs and its transfer part (the other trajectory, the rest calibration, the rest contact),
+    each one period plus the settle time; the same scenario without closed_loop: none."""
+    scn = load_scenario(ROOT / "scenarios" / "closed_loop.yaml")
+    cl, tr = scn.closed_loop, scn.trajectories
+    settle = float((scn.twin or {}).get("settle_s", 0.5))
+    judged = getattr(tr, cl.trajectory).period_s
+    other = tr.excitation.period_s if cl.trajectory == "validation" else tr.validation.period_s
+    col = cl.collision
+    assert col.enabled and col.transfer and col.free_periods == 1
+    want = (5 * (judged + settle) + (other + settle) + (col.rest_calibration_s + settle)
+            + (col.rest_hold_s + settle))
+    assert B.control_sim_seconds(scn) == pytest.approx(want, rel=1e-12)
+    bare = dataclasses.replace(scn, closed_loop=None)
+    assert B.control_sim_seconds(bare) == 0.0
+    extra = B.estimate_run(scn, cached=BOTH, load=0.0, cores=2).seconds - \
+        B.estimate_run(bare, cached=BOTH, load=0.0, cores=2).seconds
+    assert extra == pytest.approx(want * 1000.0 / B.TWIN_STEPS_PER_S, rel=1e-9)
