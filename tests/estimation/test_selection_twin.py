@@ -2,8 +2,11 @@
 friction f_c sign(qd) + f_v qd on top of the rigid body (twin/drive.py; the twin's stick-slip
 holds the friction at rest, so a Coulomb-like shape may come out as sign, a narrow tanh or a
 Dahl state with the smallest x_s), sensor noise. auto must find viscous + one Coulomb-like term
-on every joint, and no offset, armature, load-dependent or nonlinear-viscous term (measured:
-one joint of six also takes a Stribeck term, which is allowed once)."""
+on every joint, and no offset, armature, load-dependent or nonlinear-viscous term (a Stribeck
+term is allowed on one joint of six). Before the selection left each joint's standstill before
+its first motion out and asked a term for a one-sided 5 % Student t instead of one SE, this
+10 s, 200 Hz log took coulomb_asym + offset + quad_viscous + stribeck on joint 3 and an extra
+stribeck + load_coulomb on joint 4 (docs/friction-terms.md)."""
 import dataclasses
 
 import pytest
@@ -30,11 +33,6 @@ def twin_joint_torque():
     return scn, model, recs
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 21, open: on the design of the pinned numerical stack (identify.common.kernels) auto "
-    "takes spurious terms on two joints of this 10 s, 200 Hz log -- joint 3 coulomb_asym + "
-    "offset + quad_viscous + stribeck (no viscous), joint 4 an extra stribeck + load_coulomb; "
-    "the earlier machines' design passed. Spurious terms on short logs are a known limit."))
 def test_auto_finds_the_twins_link_friction_and_no_other_term(twin_joint_torque):
     from identify.app.identification import identify_recordings
     scn, model, recs = twin_joint_torque
