@@ -4,9 +4,9 @@ holds the friction at rest, so a Coulomb-like shape may come out as sign, a narr
 Dahl state with the smallest x_s), sensor noise. auto must find viscous + one Coulomb-like term
 on every joint, and no offset, armature, load-dependent or nonlinear-viscous term (a Stribeck
 term is allowed on one joint of six). Before the selection left each joint's standstill before
-its first motion out and asked a term for a one-sided 5 % Student t instead of one SE, this
-10 s, 200 Hz log took coulomb_asym + offset + quad_viscous + stribeck on joint 3 and an extra
-stribeck + load_coulomb on joint 4 (docs/friction-terms.md)."""
+its first motion out and pruned the chosen set to the smallest subset within one SE of the
+best, this 10 s, 200 Hz log took coulomb_asym + offset + quad_viscous + stribeck (no viscous)
+on joint 3 and an extra stribeck + load_coulomb on joint 4 (docs/friction-terms.md)."""
 import dataclasses
 
 import pytest
