@@ -328,7 +328,7 @@ def _choose_joint(ev: _Joint, name: str, textbook) -> tuple[list, JointChoice]:
     pruned = len(pick) < len(end)
     why = (f"{'within one SE of' if within else 'nearest to'} the best CV score "
            f"({best.cv_rms:.4g} N*m, {len(ev.memo)} sets scored): the smaller of the two "
-           f"stepwise ends{', less the terms it keeps within one SE without' if pruned else ''}, "
+           f"stepwise ends{', pruned to its smallest subset within one SE of the best' if pruned else ''}, "
            f"{ch.n_coef} coefficient(s), CV RMS {ch.cv_rms:.4g} N*m")
     return pick, JointChoice(name, list(seen.values()), best, ch, why)
 
