@@ -134,16 +134,19 @@ class FrictionSelection:
 
     def to_dict(self) -> dict:
         out = {"method": f"blocked {self.folds}-fold cross-validation on the identification "
-                         f"samples (contiguous segments, never the validation data; each joint's "
-                         f"standstill before it first moves left out); per joint a stepwise "
-                         f"search (add / remove / change the shape constant inside a term group) "
-                         f"from no terms and from {' + '.join(TEXTBOOK)}; a term enters only if "
-                         f"it lowers the CV mean squared error by more than one standard error "
-                         f"of the fold-paired difference and leaves if removing it costs less "
-                         f"than one; of the two ends the smaller one within one standard error "
-                         f"of the best set seen, then pruned term by term while it stays within "
-                         f"one standard error of the best (parsimony); load torque tau_L from "
-                         f"the fit, {self.passes} pass(es)"}
+                         f"samples (contiguous segments, never the validation data; each fold's "
+                         f"training leaves out the {self.guard} sample(s) on each side of it; "
+                         f"each joint's standstill before it first moves left out); per joint a "
+                         f"stepwise search (add / remove / change the shape constant inside a "
+                         f"term group) from no terms and from {' + '.join(TEXTBOOK)}; a term "
+                         f"enters only if it lowers the CV mean squared error by more than one "
+                         f"standard error of the fold-paired difference and on at least "
+                         f"{sign_quorum(self.folds)} of the {self.folds} folds, and leaves if "
+                         f"removing it costs less than one; of the two ends the smaller one "
+                         f"within one standard error of the best set seen, then pruned term by "
+                         f"term while it stays within one standard error of the best "
+                         f"(parsimony); load torque tau_L from the fit, {self.passes} pass(es)",
+               "guard_samples": int(self.guard)}
         if self.leading_rest is not None:
             out["leading_rest_samples"] = [int(k) for k in self.leading_rest]
         out["joints"] = [c.to_dict() for c in self.choices]
@@ -325,11 +328,11 @@ def _choose_joint(ev: _Joint, name: str, textbook) -> tuple[list, JointChoice]:
     seen[ev(end).terms] = ev(end)
     seen[ch.terms] = ch
     seen.setdefault(best.terms, best)
-    pruned = len(pick) < len(end)
+    pruned = (", pruned to its smallest subset within one SE of the best"
+              if len(pick) < len(end) else "")
     why = (f"{'within one SE of' if within else 'nearest to'} the best CV score "
            f"({best.cv_rms:.4g} N*m, {len(ev.memo)} sets scored): the smaller of the two "
-           f"stepwise ends{', pruned to its smallest subset within one SE of the best' if pruned else ''}, "
-           f"{ch.n_coef} coefficient(s), CV RMS {ch.cv_rms:.4g} N*m")
+           f"stepwise ends{pruned}, {ch.n_coef} coefficient(s), CV RMS {ch.cv_rms:.4g} N*m")
     return pick, JointChoice(name, list(seen.values()), best, ch, why)
 
 
