@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .selection import CandidateScore, fold_grams, significant, solve_psd
+from .cvfolds import fold_grams, solve_psd
+from .selection import CandidateScore, significant
 
 #: fraction of the positions' power below the trajectory's bandwidth
 BAND_FRACTION = 0.999
