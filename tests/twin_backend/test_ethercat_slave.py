@@ -720,3 +720,46 @@ def test_sync0_clock_steps_wall_time_periods(cfg, monkeypatch):
     assert serve(0) == (0, 1)
     frame_clock = SlaveChain(cfg, FollowerMotion(JOINTS), n_slaves=3, watchdog_s=None)
     assert frame_clock.catch_up(5) == 0 and frame_clock.cycles == 0
+
+
+def test_drive_holds_its_torque_to_max_torque_0x6072(cfg):
+    """A drive never produces more than its max torque 0x6072 (per mille of the rated torque):
+    the twin's motor torque is clipped there, so 0x6077 never reads beyond it. Joint 2 holds the
+    arm against gravity with more than the limit set here; once 0x6072 is lowered below that
+    torque, the motor torque stays at the limit and the joint sinks (gravity wins) -- the
+    physical consequence, read from the twin's own state."""
+    from twin.ethercat.motion import TwinMotion
+    q0 = [0.0, 0.8, -0.5, 0.0, 0.4, 0.0]
+    # (sensors exact: 0x6077 is the drive's estimate from its measured current)
+    chain = SlaveChain(cfg, TwinMotion(str(URDF), str(DRIVES), {"noise": False}), n_slaves=3, q0=q0,
+                       watchdog_s=None, following_window_rad=1.0)
+    bring_to_op(chain)
+    ins, _ = lrw(chain, [(0, 0, 0, 8)] * 3)
+    pos0 = [i[1] for i in ins]
+    for cw in (0x06, 0x0F):
+        lrw(chain, [(cw, p, 0, 8) for p in pos0])
+    for _ in range(100):
+        ins, _ = lrw(chain, [(0x0F, p, 0, 8) for p in pos0])
+    rated = cfg.drives[1].rated_torque_Nm                   # link side [N*m]
+    k0 = len(chain.truth()["t"])
+    held = chain.truth()["tau_m"][-1, 1]
+    limit_pm = 100                                          # 10 % of the rated torque
+    assert abs(held) > 1.5 * limit_pm * 1e-3 * rated, held   # more than the limit set below
+    chain.slaves[1].od.entry(0x6072, 0).value = limit_pm
+    reported = []
+    for _ in range(300):
+        ins, _ = lrw(chain, [(0x0F, p, 0, 8) for p in pos0])
+        reported.append(ins[1][3])
+    tr = chain.truth()
+    assert tr["enabled"][-1, 1]
+    tau_m = np.abs(tr["tau_m"][k0 + 1:, 1])
+    assert np.max(tau_m) <= limit_pm * 1e-3 * rated * (1 + 1e-9), np.max(tau_m)
+    # 0x6077 [per mille] within 0x6072 (each answer carries the state before its own period)
+    assert np.max(np.abs(reported[1:])) <= limit_pm, reported
+    sink = (tr["q"][-1, 1] - q0[1]) * np.sign(held)     # gravity wins: the joint sinks (away
+    assert sink < -0.05, tr["q"][-1, 1]                  # from the torque that held it)
+    chain.slaves[1].od.entry(0x6072, 0).value = 3000             # the default: the twin's own clip
+    for _ in range(5):
+        lrw(chain, [(0x0F, p, 0, 8) for p in pos0])
+    assert np.max(np.abs(chain.truth()["tau_m"][-3:, 1])) > 1.5 * limit_pm * 1e-3 * rated
+    chain.motion.close()

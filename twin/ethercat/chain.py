@@ -118,6 +118,7 @@ class SlaveChain:
         self.last_output_t = [0.0] * n
         self._op_since = [None] * n
         self._pd_pending = False
+        self._torque_limit: tuple | None = None   # the 0x6072 limits last handed to the motion
         self.watchdog_trips: list[dict] = []      # SM watchdog expiries: slave, time, last output
         self._truth = _TruthBuffer(motion.n)
 
@@ -297,6 +298,13 @@ class SlaveChain:
             q_cmd[j] = c.q_cmd
             tau_ff[j] = c.tau_ff
             enabled[j] = c.enabled
+        # the drives hold their motor torque to 0x6072 (written at bring-up): the twin clips there
+        lim = tuple(esc.drive.max_torque_link for esc in self.slaves)
+        if lim != self._torque_limit:
+            tau_max = np.full(nj, np.inf)
+            tau_max[self.joint_index] = lim
+            self.motion.set_torque_limit(tau_max)
+            self._torque_limit = lim
         st = self.motion.step(q_cmd, tau_ff)
         self._apply_state(st)
         self.cycles += 1

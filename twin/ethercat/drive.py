@@ -87,6 +87,12 @@ class Cia402Drive:
         mN*m) times the gear ratio."""
         return self.od.value(0x6076) * 1e-3 * self.s.gear_ratio
 
+    @property
+    def max_torque_link(self) -> float:
+        """Link-side torque limit [N*m] the drive holds its motor torque to: max torque 0x6072
+        (per mille of the rated torque)."""
+        return self.od.value(0x6072) * 1e-3 * self.rated_torque_link
+
     def _log(self, old: int, new: int) -> None:
         if old != new:
             self.transitions.append((self.cycle, time.monotonic(), STATE_NAMES[old], STATE_NAMES[new]))
