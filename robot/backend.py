@@ -572,6 +572,8 @@ class HardwareBackend:
             raise exc
         guard.raise_if_received(f"{how}; {saved}", moved=True, confirmed=confirmed)
         self.last_summary, self.last_stream = summary, stream
+        if summary.get("cpu_warning"):
+            warn(summary["cpu_warning"])
         if summary.get("fault"):
             if where is None or stream is None:
                 warn(f"run stopped: {summary.get('message')}; {saved}")

@@ -36,7 +36,7 @@ from identify.model.robot_model import Limits
 
 from .drive import cia402
 from .config import load_config
-from .rt import DcAligner, LoopWatch, Ticker, harden
+from .rt import DcAligner, LoopWatch, Ticker, cpu_share_warning, harden
 from .safety import (DEFAULT_POLICY, STEP_VELOCITY_FACTOR, Fault, FaultEvent, FaultMonitor, FeedbackCheck,
                      limit_step, step_limit)
 from .stopramp import SafeStop
@@ -258,6 +258,7 @@ class _Run:
     emcy: list = field(default_factory=list)
     row: int = 0
     motion: "_Motion | None" = None
+    cpu0: tuple = (0.0, 0.0)          # (process CPU time, monotonic time) [s] when cycling began
 
     def decode(self, inp):
         """(statusword, q [rad], qd [rad/s] or None) in joint order."""
@@ -477,6 +478,7 @@ def _motion(r: _Run, plan_q, plan_tau) -> dict:
                                spec.torque_limit, r.dt, cycles=sc.feedback_fault_cycles)
     r.motion = m
     t0, t0_mono = time.perf_counter(), time.monotonic()
+    r.cpu0 = (time.process_time(), t0_mono)
     r.ctrl[C_PHASE] = PH_ENABLE
     while True:
         late = r.ticker.wait()
@@ -628,7 +630,12 @@ def _poll_emergencies(r: _Run, m: _Motion) -> None:
 
 def _summary(r: _Run, m: _Motion, monitor) -> dict:
     ev, st = m.event, m.stop
-    return {"rows": r.row, "fault": None if ev is None else ev.fault.value,
+    cpu_s, wall_s = time.process_time() - r.cpu0[0], time.monotonic() - r.cpu0[1]
+    if not r.cpu0[1]:                # never cycled (dry run, bring-up error)
+        cpu_s = wall_s = 0.0
+    return {"cpu_share": round(cpu_s / wall_s, 3) if wall_s > 0 else None,
+            "cpu_warning": cpu_share_warning(cpu_s, wall_s, r.rt.get("rt_budget")),
+            "rows": r.row, "fault": None if ev is None else ev.fault.value,
             "fault_cycle": None if ev is None else ev.cycle,
             "fault_time_monotonic": m.t_fault,
             "message": "completed" if ev is None else ev.message,
