@@ -763,3 +763,33 @@ def test_drive_holds_its_torque_to_max_torque_0x6072(cfg):
         lrw(chain, [(0x0F, p, 0, 8) for p in pos0])
     assert np.max(np.abs(chain.truth()["tau_m"][-3:, 1])) > 1.5 * limit_pm * 1e-3 * rated
     chain.motion.close()
+
+
+def test_error_register_and_emergencies(cfg):
+    """0x1001 (CiA 301 error register) with each error: generic bit 0 plus the class bit of the
+    code (table written out here: 0x2xxx current 1, 0x3xxx voltage 2, 0x4xxx temperature 3,
+    0x86xx device profile 5, other 0x8xxx communication 4, 0xFFxx manufacturer 7); an
+    "emergency" injection (the axis keeps its state) queues a CoE emergency carrying the register
+    and leaves the register set, a warning leaves it at 0; a fault reset clears it."""
+    from twin.ethercat.drive import error_register_bits
+    table = {0x2310: 0x03, 0x3210: 0x05, 0x4310: 0x09, 0x8611: 0x21, 0x8700: 0x11, 0xFF01: 0x81,
+             0x5400: 0x01, 0x7305: 0x01}
+    assert {c: error_register_bits(c) for c in table} == table
+    chain = SlaveChain(cfg, FollowerMotion(JOINTS), n_slaves=3, watchdog_s=None)
+    bring_to_op(chain)
+    drive = chain.slaves[1].drive
+    state0 = drive.state
+    assert chain.inject("emergency", slave=1, code=0x4210, warning=True)["error_register"] == 0
+    assert chain.inject("emergency", slave=1, code=0x4310)["error_register"] == 0x09
+    assert chain.slaves[1].emergencies_sent == 2 and drive.state == state0     # no reaction
+    assert chain.inject("emergency", slave=1, code=0x2310)["error_register"] == 0x0B   # accumulates
+    assert chain.slaves[1].od.value(0x1001) == 0x0B
+    chain.inject("drive_fault", slave=2, code=0x8611)
+    assert chain.slaves[2].od.value(0x1001) == 0x21
+    out = [(0, 0, 0, 8)] * 3
+    lrw(chain, out)
+    lrw(chain, [(0x80, 0, 0, 8)] * 3)                      # fault reset: rising edge of bit 7
+    lrw(chain, [(0x80, 0, 0, 8)] * 3)
+    assert chain.slaves[2].od.value(0x1001) == 0 and chain.slaves[2].drive.state == SWITCH_ON_DISABLED
+    chain.inject("clear")
+    assert chain.slaves[1].od.value(0x1001) == 0

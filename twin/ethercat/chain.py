@@ -30,7 +30,7 @@ from .sii import SyncManagerLayout, build_sii
 STOP_OBJECTS = (0x6007, 0x605A, 0x605B, 0x605C, 0x605E, 0x6084, 0x6085, 0x6072)
 FAULT_KINDS = ("drive_fault", "drop_frames", "corrupt_frames", "stop_answering", "resume_answering",
                "sdo_abort", "wrong_identity", "sto", "quick_stop", "ignore_mode", "al_error",
-               "set_object", "clear", "freeze_encoder", "warning", "swap_serials")
+               "set_object", "clear", "freeze_encoder", "warning", "swap_serials", "emergency")
 
 
 class SlaveChain:
@@ -352,6 +352,12 @@ class SlaveChain:
             esc.drive.inject_fault(int(kw.get("code", ERR_INJECTED_DEFAULT)))
             esc.publish_inputs()
             return {"slave": esc.position, "error_code": esc.drive.od.value(0x603F)}
+        if kind == "emergency":          # reported, not reacted to: the axis keeps its state
+            take("slave", "code", "warning")
+            esc = self._slave(kw.get("slave"))
+            esc.drive.report_emergency(int(kw.get("code", ERR_INJECTED_DEFAULT)), bool(kw.get("warning", False)))
+            esc.publish_inputs()
+            return {"slave": esc.position, "error_register": esc.od.value(0x1001)}
         if kind in ("drop_frames", "corrupt_frames"):
             take("count")
             count = kw.get("count", 1)
@@ -448,6 +454,7 @@ class SlaveChain:
                 esc.drive.ignore_mode = False
                 esc.drive.encoder_frozen = None
                 esc.drive.warning = False
+                esc.od.entry(0x1001, 0).value = 0
             return {}
         return None
 

@@ -287,10 +287,10 @@ class Esc:
             if not self.mem[REG_SM + 8 + 5] & 0x08:
                 self._next_mailbox()
 
-    def queue_emergency(self, error_code: int) -> None:
+    def queue_emergency(self, error_code: int, error_register: int = 0x01) -> None:
         """Queue a CoE emergency for the master's next mailbox read (mailbox SMs set up)."""
         if self.al_state in (PREOP, SAFEOP, OP):
-            self._pending.append(self.sdo.emergency(error_code))
+            self._pending.append(self.sdo.emergency(error_code, error_register))
             self.emergencies_sent += 1
             if not self.mem[REG_SM + 8 + 5] & 0x08:
                 self._next_mailbox()
