@@ -416,27 +416,16 @@ def test_drive_warning_recorded(veth, emulator, tmp_path):
     assert on_disk["warnings"]["joint5"]["first_cycle"] == w["joint5"]["first_cycle"]
 
 
-def _config_with_error_register(tmp_path):
-    """The shipped drive configuration with 0x1001 (error register, U8) mapped into the inputs."""
-    import yaml
-    from test_hardware_e2e import master_config
-    raw = yaml.safe_load(Path(master_config(tmp_path)).read_text())
-    raw["pdo"]["tx_entries"].append({"index": 0x1001, "sub": 0, "type": "U8", "name": "error_register"})
-    path = tmp_path / "ethercat_1001.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return str(path)
-
-
 def test_emergency_error_stops_within_5_cycles(veth, emulator, tmp_path):
     """Joint 4's drive reports an error it does not react to (CoE emergency 0x4310, the axis stays
-    enabled) mid-trajectory, with 0x1001 mapped: the stop starts within 5 cycles of the first frame
+    enabled) mid-trajectory, 0x1001 mapped (as shipped): the stop starts within 5 cycles of the first frame
     carrying the register (the master's recording), names code and meaning, ramps the command to
     rest within the joints' limits; the register is in the records."""
     import json
     from robot.backend import RunStopped
     from robot.loop import PH_STOP
     proc = emulator()
-    be = backend(veth, tmp_path, config=_config_with_error_register(tmp_path))
+    be = backend(veth, tmp_path)
     th = when_running(be, 1.2, lambda: proc.inject("emergency", slave=3, code=0x4310))
     with pytest.raises(RunStopped) as e:
         be.run(TRAJ)
@@ -464,7 +453,7 @@ def test_emergency_warning_recorded(veth, emulator, tmp_path):
     """An emergency with error register 0 (a warning: no error present) on joint 5: the run
     completes and the warning is in its records."""
     proc = emulator()
-    be = backend(veth, tmp_path, config=_config_with_error_register(tmp_path))
+    be = backend(veth, tmp_path)
     th = when_running(be, 0.5, lambda: proc.inject("emergency", slave=4, code=0x4210, warning=True))
     be.run(TRAJ)
     th.join()

@@ -198,7 +198,7 @@ def test_config_errors_name_the_key(cfg, tmp_path):
         parse_slave_config(raw, "x.yaml")
     with pytest.raises(SlaveConfigError, match="not found"):
         load_slave_config(tmp_path / "missing.yaml")
-    assert cfg.rx_bytes == 9 and cfg.tx_bytes == 21
+    assert cfg.rx_bytes == 9 and cfg.tx_bytes == 22
 
 
 def _crc8_by_division(data: bytes) -> int:
@@ -296,10 +296,10 @@ def test_al_transitions_valid_and_invalid(chain):
     assert al_request(chain, st, 0x17) == (0x12, 0x0012)     # unknown state 7
     # PREOP -> SAFEOP with wrong SM2 length -> 0x001D; wrong SM3 -> 0x001E
     sm2 = struct.pack("<HHBBBB", 0x1100, 8, 0x64, 0, 1, 0)
-    sm3 = struct.pack("<HHBBBB", 0x1400, 21, 0x20, 0, 1, 0)
+    sm3 = struct.pack("<HHBBBB", 0x1400, 22, 0x20, 0, 1, 0)
     fpwr(chain, st, 0x0810, sm2 + sm3)
     assert al_request(chain, st, 0x14) == (0x12, 0x001D)
-    fpwr(chain, st, 0x0810, struct.pack("<HHBBBB", 0x1100, 9, 0x64, 0, 1, 0) + struct.pack("<HHBBBB", 0x1400, 22, 0x20, 0, 1, 0))
+    fpwr(chain, st, 0x0810, struct.pack("<HHBBBB", 0x1100, 9, 0x64, 0, 1, 0) + struct.pack("<HHBBBB", 0x1400, 21, 0x20, 0, 1, 0))
     assert al_request(chain, st, 0x14) == (0x12, 0x001E)
     fpwr(chain, st, 0x0810, struct.pack("<HHBBBB", 0x1100, 9, 0x64, 0, 1, 0) + sm3)
     assert al_request(chain, st, 0x14) == (0x04, 0)
@@ -460,12 +460,12 @@ def bring_to_op(chain, stations=None, preop_done=False):
         if not preop_done:
             assert to_preop(chain, st) == (2, 0)
         fpwr(chain, st, 0x0810, struct.pack("<HHBBBB", 0x1100, 9, 0x64, 0, 1, 0)
-             + struct.pack("<HHBBBB", 0x1400, 21, 0x20, 0, 1, 0))
+             + struct.pack("<HHBBBB", 0x1400, 22, 0x20, 0, 1, 0))
         pos = chain.slaves.index(next(e for e in chain.slaves if e.station_address == st))
         # FMMU0 outputs at logical 9*pos, FMMU1 inputs after all outputs
         n = len(chain.slaves)
         fm0 = struct.pack("<IHBBHBBBxxx", 9 * pos, 9, 0, 7, 0x1100, 0, 2, 1)
-        fm1 = struct.pack("<IHBBHBBBxxx", 9 * n + 21 * pos, 21, 0, 7, 0x1400, 0, 1, 1)
+        fm1 = struct.pack("<IHBBHBBBxxx", 9 * n + 22 * pos, 22, 0, 7, 0x1400, 0, 1, 1)
         fpwr(chain, st, 0x0600, fm0 + fm1)
         assert al_request(chain, st, 4) == (4, 0)
         assert al_request(chain, st, 8) == (8, 0)
@@ -474,9 +474,9 @@ def bring_to_op(chain, stations=None, preop_done=False):
 def lrw(chain, outputs):
     """outputs: list of (controlword, target, torque_offset, mode) per slave -> (inputs, wkc)."""
     n = len(chain.slaves)
-    data = b"".join(struct.pack("<Hihb", *o) for o in outputs) + bytes(21 * n)
+    data = b"".join(struct.pack("<Hihb", *o) for o in outputs) + bytes(22 * n)
     res, wkc, _ = one(chain, F.LRW, 0, 0, data)
-    ins = [struct.unpack_from("<HiihhiHb", res, 9 * n + 21 * k) for k in range(n)]
+    ins = [struct.unpack_from("<HiihhiHbB", res, 9 * n + 22 * k) for k in range(n)]
     return ins, wkc
 
 
@@ -523,14 +523,14 @@ def test_fault_injection_in_process(cfg):
     assert lrw(chain, out)[1] == 6
     chain.inject("resume_answering", slave=1)
     chain.inject("drop_frames", count=2)
-    assert chain.process(raw_frame([(F.LRW, 0, 0, bytes(90))])) is None
-    assert chain.process(raw_frame([(F.LRW, 0, 0, bytes(90))])) is None
+    assert chain.process(raw_frame([(F.LRW, 0, 0, bytes(93))])) is None
+    assert chain.process(raw_frame([(F.LRW, 0, 0, bytes(93))])) is None
     chain.inject("corrupt_frames", count=1)
     cycles = chain.cycles
-    frame = raw_frame([(F.LRW, 0, 0, bytes(90))])
+    frame = raw_frame([(F.LRW, 0, 0, bytes(93))])
     bad = chain.process(frame)
     chain.after_frame()
-    assert bad is not None and bad[16 + 10 + 90:16 + 12 + 90] == b"\x00\x00" and bad[26:116] != frame[26:116]
+    assert bad is not None and bad[16 + 10 + 93:16 + 12 + 93] == b"\x00\x00" and bad[26:119] != frame[26:119]
     assert chain.cycles == cycles                                      # not processed: no twin step
     assert fprd(chain, 0x1001, 0x0300, 1)[0][0] == 1                   # RX error counter
     assert lrw(chain, out)[1] == 9
@@ -685,7 +685,7 @@ def test_sync0_clock_steps_wall_time_periods(cfg, monkeypatch):
 
     def frame(target, cw=0x0F):
         outs = [(cw, target, 0, 8)] * n
-        return raw_frame([(F.LRW, 0, 0, b"".join(struct.pack("<Hihb", *o) for o in outs) + bytes(21 * n))])
+        return raw_frame([(F.LRW, 0, 0, b"".join(struct.pack("<Hihb", *o) for o in outs) + bytes(22 * n))])
 
     def serve(*targets, cw=0x0F):
         """-> (periods stepped before the first answer, periods stepped after the answers)"""
