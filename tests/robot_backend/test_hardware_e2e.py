@@ -215,6 +215,35 @@ def test_swapped_identical_drives_refused(veth, emulator):
     assert all(s["drive_state"] != "operation enabled" for s in proc.status()["slaves"])
 
 
+def test_station_alias_checked_per_position(veth, emulator):
+    """Station aliases configured per position (drives[k].station_alias; the emulator's SII word
+    4 / register 0x0012 set to 100 + k): the right chain comes up; two drives with swapped aliases
+    (swapped cables) are refused naming both positions, before any drive is enabled."""
+    import yaml
+    from robot.bus import EthercatBus, IdentityError
+    from robot.config import parse_config
+    raw = yaml.safe_load(CONFIG.read_text())
+    for k, d in enumerate(raw["drives"]):
+        d["station_alias"] = 100 + k
+    cfg = parse_config(raw, str(CONFIG))
+    proc = emulator()
+    for k in range(6):
+        proc.inject("set_alias", slave=k, alias=100 + k)
+    bus = EthercatBus(cfg, veth[0])
+    bus.open()
+    bus.close()
+    proc.inject("set_alias", slave=1, alias=102)
+    proc.inject("set_alias", slave=2, alias=101)
+    bus = EthercatBus(cfg, veth[0])
+    with pytest.raises(IdentityError) as e:
+        bus.open()
+    msg = str(e.value)
+    assert ("slave 2 (joint2): station alias (SII word 4 / 0x0012) reads 102, configured 101; "
+            "alias 102 is configured for slave 3 (joint3) (swapped cables?)") in msg, msg
+    assert "slave 3 (joint3): station alias (SII word 4 / 0x0012) reads 101, configured 102" in msg, msg
+    assert all(s["drive_state"] != "operation enabled" for s in proc.status()["slaves"])
+
+
 def test_backend_refuses_wrong_identity_before_moving(veth, emulator, tmp_path):
     from robot.backend import BusRefused
     proc = emulator()

@@ -40,6 +40,8 @@ def test_config_loads(cfg):
     (lambda r: r["drives"].append(dict(r["drives"][0])), "drives[6].joint='joint1' appears twice"),
     (lambda r: r["safety"].update(torque_margin_frac=-0.1), "safety.torque_margin_frac must be >= 0"),
     (lambda r: r["safety"].update(torque_margin_coulomb="x"), "safety.torque_margin_coulomb must be a number"),
+    (lambda r: r["drives"][3].update(station_alias=0), "drives[3] (joint4).station_alias must be 1..65535, got 0"),
+    (lambda r: r["drives"][3].update(station_alias=70000), "drives[3] (joint4).station_alias must be 1..65535"),
 ])
 def test_config_errors_name_key(raw, mutate, needle):
     import copy

@@ -30,7 +30,8 @@ from .sii import SyncManagerLayout, build_sii
 STOP_OBJECTS = (0x6007, 0x605A, 0x605B, 0x605C, 0x605E, 0x6084, 0x6085, 0x6072)
 FAULT_KINDS = ("drive_fault", "drop_frames", "corrupt_frames", "stop_answering", "resume_answering",
                "sdo_abort", "wrong_identity", "sto", "quick_stop", "ignore_mode", "al_error",
-               "set_object", "clear", "freeze_encoder", "warning", "swap_serials", "emergency")
+               "set_object", "clear", "freeze_encoder", "warning", "swap_serials", "emergency",
+               "set_alias")
 
 
 class SlaveChain:
@@ -393,6 +394,11 @@ class SlaveChain:
             esc.set_identity(vendor, product)
             return {"slave": esc.position, "vendor_id": esc.od.value(0x1018, 1),
                     "product_code": esc.od.value(0x1018, 2)}
+        if kind == "set_alias":             # configured station alias (SII word 4 / 0x0012)
+            take("slave", "alias")
+            esc = self._slave(kw.get("slave"))
+            esc.set_alias(int(kw["alias"]))
+            return {"slave": esc.position, "alias": int(kw["alias"])}
         if kind == "swap_serials":          # identical drives, cables swapped
             take("slaves")
             a, b = (self._slave(x) for x in kw["slaves"])
