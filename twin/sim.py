@@ -627,8 +627,8 @@ class TwinSim(StateReadout):
         anti-windup acts at the clip."""
         own = np.inf if self.tau_lim is None else np.asarray(self.tau_lim, float)
         lim = own if tau_max is None else np.minimum(own, np.asarray(tau_max, float))
-        if np.shape(lim) != (self.n,) or np.any(~(lim > 0)):
-            raise ValueError(f"set_torque_limit: {tau_max!r} is not {self.n} torques > 0 [N*m]")
+        if np.shape(lim) != (self.n,) or np.any(~(lim >= 0)):
+            raise ValueError(f"set_torque_limit: {tau_max!r} is not {self.n} torques >= 0 [N*m]")
         self._C["tau_lim"][:] = lim
 
     def close(self) -> None:
