@@ -539,7 +539,8 @@ class HardwareBackend:
                     late=cyc[:, cols["late"]], late_flag=cyc[:, cols["late_flag"]] > 0,
                     t_wall=cyc[:, cols["t_wall"]], phase=cyc[:, cols["phase"]].astype(np.int64),
                     dc_err_ns=cyc[:, cols["dc_err_ns"]], q_cmd=cyc[:, cols["q_cmd"]],
-                    error_code=cyc[:, cols["error_code"]].astype(np.int64)))
+                    error_code=cyc[:, cols["error_code"]].astype(np.int64),
+                    error_register=cyc[:, cols["error_register"]].astype(np.int64)))
             except Exception as exc:  # noqa: BLE001
                 write_error.append(f"bus.npz: {type(exc).__name__}: {exc}")
         summary = dict(summary or {})
@@ -551,7 +552,8 @@ class HardwareBackend:
             summary["message"] = f"{summary.get('message')}; recording failed: {'; '.join(write_error)}"
         if summary.get("emergencies"):
             summary["message"] = (f"{summary.get('message')}; CoE emergencies: "
-                                  + ", ".join(f"{e['joint']} error code {e['error_code']:#06x} ({e.get('meaning', '?')})"
+                                  + ", ".join(f"{e['joint']} error code {e['error_code']:#06x} ({e.get('meaning', '?')}"
+                                              f"{', warning' if e.get('warning') else ''})"
                                               for e in summary["emergencies"]))
         try:
             write_json(record_dir / "summary.json", summary)
@@ -577,6 +579,8 @@ class HardwareBackend:
             raise exc
         guard.raise_if_received(f"{how}; {saved}", moved=True, confirmed=confirmed)
         self.last_summary, self.last_stream = summary, stream
+        if summary.get("cpu_warning"):
+            warn(summary["cpu_warning"])
         if summary.get("fault"):
             if where is None or stream is None:
                 warn(f"run stopped: {summary.get('message')}; {saved}")

@@ -223,7 +223,7 @@ class EthercatBus:
                            f"{got[1]:#010x} revision {got[2]:#010x}, expected vendor {want[0]:#010x} "
                            f"product {want[1]:#010x} revision {want[2]:#010x}")
         if not bad:
-            bad = self._check_serials()
+            bad = self._check_serials() + self._check_aliases()
         if bad:
             raise IdentityError(f"{self.iface}: identity mismatch (configuration {self.cfg.path}): "
                                 + "; ".join(bad))
@@ -250,6 +250,31 @@ class EthercatBus:
                      f"cables?)" if other else "")
             bad.append(f"{self._slave_label(k)}: serial number 0x1018:4 reads {g}, configured "
                        f"{w}{where}")
+        return bad
+
+    def _check_aliases(self) -> list[str]:
+        """Configured station aliases (SII word 4, what the ESC loads into register 0x0012)
+        against ``drives[k].station_alias`` where configured; swapped drives are named at both
+        positions. Returns the mismatch texts."""
+        want = [d.station_alias for d in self.cfg.drives]
+        if all(w is None for w in want):
+            return []
+        got = []
+        for k, s in enumerate(self.master.slaves):
+            try:
+                got.append(struct.unpack("<H", bytes(s.eeprom_read(4))[:2])[0])
+            except Exception as exc:  # noqa: BLE001
+                return [f"{self._slave_label(k)}: station alias (SII word 4) not readable: "
+                        f"{type(exc).__name__}: {exc}"]
+        bad = []
+        for k, (w, g) in enumerate(zip(want, got)):
+            if w is None or w == g:
+                continue
+            other = [j for j, wj in enumerate(want) if wj == g and j != k]
+            where = (f"; alias {g} is configured for {self._slave_label(other[0])} (swapped "
+                     f"cables?)" if other else "")
+            bad.append(f"{self._slave_label(k)}: station alias (SII word 4 / 0x0012) reads {g}, "
+                       f"configured {w}{where}")
         return bad
 
     def _make_hook(self, k: int):

@@ -81,6 +81,8 @@ class DriveConfig:
     joint_torque_scale_Nm: float
     position_encoder: str = "link"
     serial_number: int | None = None     # 0x1018:4 expected at this bus position (None: not checked)
+    station_alias: int | None = None     # configured station alias (SII word 4, loaded into ESC
+                                         # register 0x0012) expected here (None: not checked)
 
     @property
     def counts_per_link_rev(self) -> float:
@@ -254,8 +256,19 @@ def _parse_drives(dl, where: str, num) -> list[DriveConfig]:
             rated_current_A=num(d, "rated_current_A", ctx, positive=True),
             joint_torque_scale_Nm=num(d, "joint_torque_scale_Nm", ctx, positive=True),
             position_encoder=enc,
-            serial_number=num(d, "serial_number", ctx, int) if "serial_number" in d else None))
+            serial_number=num(d, "serial_number", ctx, int) if "serial_number" in d else None,
+            station_alias=_alias(d, ctx, where, num)))
     return drives
+
+
+def _alias(d: dict, ctx: str, where: str, num) -> int | None:
+    """drives[k].station_alias: 1..65535 or absent (0 is "no alias" on EtherCAT)."""
+    if "station_alias" not in d:
+        return None
+    a = num(d, "station_alias", ctx, int)
+    if not 1 <= a <= 0xFFFF:
+        raise ConfigError(f"{where}: {ctx}.station_alias must be 1..65535, got {a!r}")
+    return a
 
 
 def _parse_bus(b: dict, where: str, num) -> BusConfig:

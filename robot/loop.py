@@ -36,7 +36,8 @@ from identify.model.robot_model import Limits
 
 from .drive import cia402
 from .config import load_config
-from .rt import DcAligner, LoopWatch, Ticker, harden
+from .emergency import EmergencyWatch
+from .rt import DcAligner, LoopWatch, Ticker, cpu_share_warning, harden
 from .safety import (DEFAULT_POLICY, STEP_VELOCITY_FACTOR, Fault, FaultEvent, FaultMonitor, FeedbackCheck,
                      limit_step, step_limit)
 from .stopramp import SafeStop
@@ -56,7 +57,7 @@ RESYNC_FRACTION = 0.25
 
 # per-row scalar columns, then per-joint blocks of n columns each
 SCALARS = ("cycle", "t", "t_wall", "wkc", "late", "phase", "late_flag", "dc_err_ns")
-BLOCKS = ("q", "qd", "tau_m", "i_m", "tau_j", "q_cmd", "status", "error_code")
+BLOCKS = ("q", "qd", "tau_m", "i_m", "tau_j", "q_cmd", "status", "error_code", "error_register")
 
 
 def row_width(n: int) -> int:
@@ -258,6 +259,8 @@ class _Run:
     emcy: list = field(default_factory=list)
     row: int = 0
     motion: "_Motion | None" = None
+    emw: EmergencyWatch | None = None
+    cpu0: tuple = (0.0, 0.0)          # (process CPU time, monotonic time) [s] when cycling began
 
     def decode(self, inp):
         """(statusword, q [rad], qd [rad/s] or None) in joint order."""
@@ -276,7 +279,12 @@ def _setup(r: _Run) -> None:
     r.has = {"mode": "modes_of_operation" in rx, "mode_disp": "modes_of_operation_display" in tx,
              "err": "error_code" in tx, "tff": "torque_offset" in rx, "qd": "velocity_actual" in tx,
              "tau_m": "torque_actual" in tx, "i_m": "current_actual" in tx,
-             "tau_j": "joint_torque" in tx, "emcy": hasattr(r.bus, "read_emergencies")}
+             "tau_j": "joint_torque" in tx, "emcy": hasattr(r.bus, "read_emergencies"),
+             "err_reg": "error_register" in tx}
+    joints = [d.joint for d in r.cfg.drives][:r.n]
+    r.emw = EmergencyWatch(joints, r.bus.read_emergencies if r.has["emcy"] else None,
+                           r.cfg.bus.al_check_cycles)
+    r.emcy = r.emw.emergencies
     if r.has["mode"]:
         r.out["modes_of_operation"] = cia402.MODE_CSP
     r.exp = r.bus.expected_wkc
@@ -324,9 +332,9 @@ def _report_pose(r: _Run) -> None:
     faulted = {r.units.joint_names[j]: {"statusword": int(sw[j]), "error_code": int(err0[j])}
                for j in np.flatnonzero(cia402.is_fault(sw))}
     r.out["target_position"] = r.inp["position_actual"]
-    if r.has["emcy"]:
-        for k in range(n):
-            r.emcy += [dict(e, row=-1) for e in r.bus.read_emergencies(k)]
+    r.emw.read_all(-1)
+    if r.has["err_reg"]:
+        r.emw.prime(r.inp["error_register"])
     report = r.bus.bus_report() if hasattr(r.bus, "bus_report") else {}
     r.conn.send(("up", {"q": q_now, "statusword": sw, "expected_wkc": r.exp, "faults": faulted,
                         "slaves": r.bus.slave_names(), "bus_report": report, "rt": r.rt,
@@ -455,6 +463,7 @@ def _record(r: _Run, m: _Motion, wkc, inp, late, q_ref, t_acq, t_wall, dc_err):
     x[c["q_cmd"]] = q_ref
     x[c["status"]] = sw_new
     x[c["error_code"]] = u.to_joint_order(inp["error_code"]) if has["err"] else 0
+    x[c["error_register"]] = u.to_joint_order(inp["error_register"]) if has["err_reg"] else 0
     r.row += 1
     r.ctrl[C_ROWS] = r.row
     r.ctrl[C_HEARTBEAT] += 1
@@ -477,6 +486,7 @@ def _motion(r: _Run, plan_q, plan_tau) -> dict:
                                spec.torque_limit, r.dt, cycles=sc.feedback_fault_cycles)
     r.motion = m
     t0, t0_mono = time.perf_counter(), time.monotonic()
+    r.cpu0 = (time.process_time(), t0_mono)
     r.ctrl[C_PHASE] = PH_ENABLE
     while True:
         late = r.ticker.wait()
@@ -508,7 +518,7 @@ def _motion(r: _Run, plan_q, plan_tau) -> dict:
             _advance(r, m, ev, len(plan_q), was_run)
         elif m.stop.done:
             break
-        _poll_emergencies(r, m)
+        _poll_emergencies(r, m, inp)
     return _summary(r, m, monitor)
 
 
@@ -607,28 +617,25 @@ def _advance(r: _Run, m: _Motion, ev, m_cycles: int, was_run: bool) -> None:
         r.ctrl[C_STOP_ROW0] = r.row
 
 
-def _poll_emergencies(r: _Run, m: _Motion) -> None:
-    """CoE emergencies: one slave's mailbox every al_check_cycles (round robin, all phases);
-    one with an error code while enabling or running stops the run (Fault.EMERGENCY, named with
-    code and meaning, at the next cycle's supervision)."""
-    k = r.cfg.bus.al_check_cycles
-    if r.has["emcy"] and m.last_ok and (r.row - 1) % k == 5 % k:
-        k_mb = ((r.row - 1) // k) % r.n
-        new = [dict(e, row=r.row - 1, meaning=cia402.emcy_meaning(e["error_code"]))
-               for e in r.bus.read_emergencies(k_mb)]
-        r.emcy += new
-        bad = [e for e in new if e["error_code"]]
-        if bad and m.phase in (PH_ENABLE, PH_RUN) and m.emcy_event is None:
-            e = bad[0]
-            m.emcy_event = FaultEvent(Fault.EMERGENCY, r.row - 1,
-                                      f"cycle {r.row - 1}: CoE emergency from joint {e['joint']}: error "
-                                      f"code {e['error_code']:#06x} ({e['meaning']}), error register "
-                                      f"{e['error_register']:#04x}")
+def _poll_emergencies(r: _Run, m: _Motion, inp) -> None:
+    """CoE emergencies and error registers (robot.emergency.EmergencyWatch, every cycle); an
+    error while enabling or running stops the run (Fault.EMERGENCY, named with code and meaning,
+    at the next cycle's supervision)."""
+    regs = inp["error_register"] if (r.has["err_reg"] and m.last_ok) else None
+    run = m.phase in (PH_ENABLE, PH_RUN)
+    ev = r.emw.update(r.row - 1, regs, frame_ok=m.last_ok, stopping=not run)
+    if ev is not None and run and m.emcy_event is None:
+        m.emcy_event = ev
 
 
 def _summary(r: _Run, m: _Motion, monitor) -> dict:
     ev, st = m.event, m.stop
-    return {"rows": r.row, "fault": None if ev is None else ev.fault.value,
+    cpu_s, wall_s = time.process_time() - r.cpu0[0], time.monotonic() - r.cpu0[1]
+    if not r.cpu0[1]:                # never cycled (dry run, bring-up error)
+        cpu_s = wall_s = 0.0
+    return {"cpu_share": round(cpu_s / wall_s, 3) if wall_s > 0 else None,
+            "cpu_warning": cpu_share_warning(cpu_s, wall_s, r.rt.get("rt_budget")),
+            "rows": r.row, "fault": None if ev is None else ev.fault.value,
             "fault_cycle": None if ev is None else ev.cycle,
             "fault_time_monotonic": m.t_fault,
             "message": "completed" if ev is None else ev.message,
@@ -639,7 +646,7 @@ def _summary(r: _Run, m: _Motion, monitor) -> dict:
             "late_cycles": int(r.ctrl[C_LATE]), "skipped_grid_points": r.ticker.skipped,
             "enable_cycles": m.enable_cycles, "brake_cycles": st.seq.brake_cycles,
             "realtime": bool(r.rt.get("sched_fifo")), "rt": r.rt,
-            "distributed_clocks": r.aligner is not None, "emergencies": r.emcy,
+            "distributed_clocks": r.aligner is not None, **r.emw.records(),
             "warnings": m.feedback.warnings}
 
 

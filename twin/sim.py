@@ -620,6 +620,17 @@ class TwinSim(StateReadout):
         C["c4"][:], C["c5"][:], C["c6"][:] = -kd, kp * invK, ki
         C["b1"][:], C["b3"][:], C["b5"][:] = dt, -dt, dt * invK
 
+    def set_torque_limit(self, tau_max) -> None:
+        """Clip the motor torque (link side) at `tau_max` (n,) [N*m] from the next period on, as a
+        drive's max-torque object (CiA 402 0x6072) does -- never above the twin's own clip
+        (torque_limit_scale x URDF effort); None: the twin's own clip again. The position loop's
+        anti-windup acts at the clip."""
+        own = np.inf if self.tau_lim is None else np.asarray(self.tau_lim, float)
+        lim = own if tau_max is None else np.minimum(own, np.asarray(tau_max, float))
+        if np.shape(lim) != (self.n,) or np.any(~(lim >= 0)):
+            raise ValueError(f"set_torque_limit: {tau_max!r} is not {self.n} torques >= 0 [N*m]")
+        self._C["tau_lim"][:] = lim
+
     def close(self) -> None:
         """Disconnect PyBullet and remove temporary files."""
         if self.client is not None:

@@ -51,11 +51,28 @@ _PATTERNS = (
 )
 
 
+
+
+def _state_table() -> np.ndarray:
+    """State code of every value of the statusword's low 7 bits (the patterns' masks lie within
+    0x6F): the first pattern that fits, UNKNOWN if none."""
+    table = np.full(128, int(State.UNKNOWN), np.int64)
+    for low in range(128):
+        for m, v, st in _PATTERNS:
+            if low & m == v:
+                table[low] = int(st)
+                break
+    return table
+
+
+_STATE_OF_LOW_BITS = _state_table()
+
+
 def decode_state(statusword) -> np.ndarray:
-    """Statuswords (any shape) -> State codes (int array, same shape); UNKNOWN if no pattern fits."""
-    sw = np.asarray(statusword, dtype=np.int64)
-    conds = [(sw & m) == v for m, v, _ in _PATTERNS]
-    return np.select(conds, [int(s) for _, _, s in _PATTERNS], default=int(State.UNKNOWN))
+    """Statuswords (any shape) -> State codes (int array, same shape); UNKNOWN if no pattern fits.
+    One table look-up (the loop decodes every drive's word twice a cycle: np.select over the
+    eight patterns cost ~0.25 ms a call on the project's 2-vCPU machines)."""
+    return _STATE_OF_LOW_BITS[np.asarray(statusword, dtype=np.int64) & 0x7F]
 
 
 def is_fault(statusword) -> np.ndarray:

@@ -414,3 +414,50 @@ def test_drive_warning_recorded(veth, emulator, tmp_path):
     assert list(w) == ["joint5"] and w["joint5"]["cycles"] > 500, w
     on_disk = json.loads((Path(be.last_summary["record_dir"]) / "summary.json").read_text())
     assert on_disk["warnings"]["joint5"]["first_cycle"] == w["joint5"]["first_cycle"]
+
+
+def test_emergency_error_stops_within_5_cycles(veth, emulator, tmp_path):
+    """Joint 4's drive reports an error it does not react to (CoE emergency 0x4310, the axis stays
+    enabled) mid-trajectory, 0x1001 mapped (as shipped): the stop starts within 5 cycles of the first frame
+    carrying the register (the master's recording), names code and meaning, ramps the command to
+    rest within the joints' limits; the register is in the records."""
+    import json
+    from robot.backend import RunStopped
+    from robot.loop import PH_STOP
+    proc = emulator()
+    be = backend(veth, tmp_path)
+    th = when_running(be, 1.2, lambda: proc.inject("emergency", slave=3, code=0x4310))
+    with pytest.raises(RunStopped) as e:
+        be.run(TRAJ)
+    th.join()
+    s, rec = e.value.summary, e.value.recording
+    assert e.value.fault == "emergency", s["message"]
+    assert ("CoE emergency from joint joint4: error code 0x4310 (drive temperature too high), "
+            "error register 0x09 (generic, temperature)") in s["message"], s["message"]
+    bus = np.load(e.value.path.parent / "bus.npz")
+    reg = bus["error_register"][:, 3]
+    first = int(np.argmax(reg != 0))
+    assert reg[first] == 0x09 and not reg[:first].any()
+    stop_from = int(np.argmax(bus["phase"] == PH_STOP))
+    assert 0 < stop_from - first <= 5, (first, stop_from, s["fault_cycle"])
+    assert s["stop_confirmed"]
+    valid = bus["wkc"] == s["expected_wkc"]
+    peak = peak_command_accel(rec.q_cmd, rec.status, 1e-3, s["fault_cycle"] - 2, valid=valid)
+    assert np.all(peak <= 1.2 * QDD_MAX), (peak, QDD_MAX)
+    on_disk = json.loads((Path(s["record_dir"]) / "summary.json").read_text())
+    assert on_disk["error_registers"]["joint4"]["first"] == 0x09
+    assert [(x["joint"], x["error_code"], x["warning"]) for x in on_disk["emergencies"]] == [("joint4", 0x4310, False)]
+
+
+def test_emergency_warning_recorded(veth, emulator, tmp_path):
+    """An emergency with error register 0 (a warning: no error present) on joint 5: the run
+    completes and the warning is in its records."""
+    proc = emulator()
+    be = backend(veth, tmp_path)
+    th = when_running(be, 0.5, lambda: proc.inject("emergency", slave=4, code=0x4210, warning=True))
+    be.run(TRAJ)
+    th.join()
+    s = be.last_summary
+    assert s["fault"] is None, s["message"]
+    assert [(x["joint"], x["error_code"]) for x in s["emergency_warnings"]] == [("joint5", 0x4210)]
+    assert s["error_registers"] == {}

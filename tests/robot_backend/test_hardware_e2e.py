@@ -215,6 +215,35 @@ def test_swapped_identical_drives_refused(veth, emulator):
     assert all(s["drive_state"] != "operation enabled" for s in proc.status()["slaves"])
 
 
+def test_station_alias_checked_per_position(veth, emulator):
+    """Station aliases configured per position (drives[k].station_alias; the emulator's SII word
+    4 / register 0x0012 set to 100 + k): the right chain comes up; two drives with swapped aliases
+    (swapped cables) are refused naming both positions, before any drive is enabled."""
+    import yaml
+    from robot.bus import EthercatBus, IdentityError
+    from robot.config import parse_config
+    raw = yaml.safe_load(CONFIG.read_text())
+    for k, d in enumerate(raw["drives"]):
+        d["station_alias"] = 100 + k
+    cfg = parse_config(raw, str(CONFIG))
+    proc = emulator()
+    for k in range(6):
+        proc.inject("set_alias", slave=k, alias=100 + k)
+    bus = EthercatBus(cfg, veth[0])
+    bus.open()
+    bus.close()
+    proc.inject("set_alias", slave=1, alias=102)
+    proc.inject("set_alias", slave=2, alias=101)
+    bus = EthercatBus(cfg, veth[0])
+    with pytest.raises(IdentityError) as e:
+        bus.open()
+    msg = str(e.value)
+    assert ("slave 2 (joint2): station alias (SII word 4 / 0x0012) reads 102, configured 101; "
+            "alias 102 is configured for slave 3 (joint3) (swapped cables?)") in msg, msg
+    assert "slave 3 (joint3): station alias (SII word 4 / 0x0012) reads 101, configured 102" in msg, msg
+    assert all(s["drive_state"] != "operation enabled" for s in proc.status()["slaves"])
+
+
 def test_backend_refuses_wrong_identity_before_moving(veth, emulator, tmp_path):
     from robot.backend import BusRefused
     proc = emulator()
@@ -464,18 +493,18 @@ def _scenario(backend, **extra):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 23, open: on this session's machine and numerical stack (casadi 3.8.2, pybullet 3.2.7) "
-    "the emulated drives report an actual torque beyond 0x6072 for designs optimized within "
-    "the drives' limits -- joint 2 165 N*m against 110 at ~2.5 s for excitation seeds 0 and 1, "
-    "joint 4 -42 N*m for seed 2 -- and the master stops the run (ramped, as it must); once also "
-    "201 lost frames in 1000 cycles. Stop 29's CI passed it. To find: why the twin's torque "
-    "exceeds the design's bound with its 25 % margin."))
 def test_identification_over_bus_matches_twin(veth, emulator, tmp_path):
     """The pipeline's record + identify stages with `backend: hardware` over the bus (emulated
     drives run the PyBullet twin) give the same parameters as `backend: twin`, within noise: the
     parameter differences (in units of their combined standard error) are no larger than between
-    two twin runs that differ only in the noise seed."""
+    two twin runs that differ only in the noise seed.
+
+    What made it fail on loaded 2-vCPU machines (issue 23, measured): the loop used 93-100 % of
+    its CPU, so the kernel's real-time throttling (950 ms per second for SCHED_FIFO) suspended it
+    for ~50 ms about every second; the drives, on SYNC0, held their last target through each gap
+    mid-motion, and the restart saturated the motor torque -- which the emulated drives did not
+    hold to 0x6072 (165 N*m read against 110). Both fixed (the loop's CPU share, ~0.7 now, is in
+    the summary); what remains is the host's own steal time (gaps of ~10 ms), see module doc."""
     from identify.app.acquisition import record
     from identify.app.identification import identify_recordings
     from identify.app.inputs import build_model

@@ -25,6 +25,38 @@ def test_decode_each_state():
     assert list(cia402.is_fault(words)) == [s in (State.FAULT, State.FAULT_REACTION_ACTIVE) for s in SW]
 
 
+def test_decode_every_statusword():
+    """All 65536 statuswords against the standard's table written out here (bits 0-3 ready to
+    switch on / switched on / operation enabled / fault, 5 quick stop, 6 switch on disabled;
+    'x' bits ignored), in any array shape, and a scalar stays a scalar."""
+    def state_of(w):
+        b = [(w >> k) & 1 for k in range(7)]
+        rtso, so, oe, f, qs, sod = b[0], b[1], b[2], b[3], b[5], b[6]
+        if (rtso, so, oe, f, sod) == (0, 0, 0, 0, 0):
+            return State.NOT_READY
+        if (rtso, so, oe, f, sod) == (0, 0, 0, 0, 1):
+            return State.SWITCH_ON_DISABLED
+        if (rtso, so, oe, f, qs, sod) == (1, 0, 0, 0, 1, 0):
+            return State.READY_TO_SWITCH_ON
+        if (rtso, so, oe, f, qs, sod) == (1, 1, 0, 0, 1, 0):
+            return State.SWITCHED_ON
+        if (rtso, so, oe, f, qs, sod) == (1, 1, 1, 0, 1, 0):
+            return State.OPERATION_ENABLED
+        if (rtso, so, oe, f, qs, sod) == (1, 1, 1, 0, 0, 0):
+            return State.QUICK_STOP_ACTIVE
+        if (rtso, so, oe, f, sod) == (1, 1, 1, 1, 0):
+            return State.FAULT_REACTION_ACTIVE
+        if (rtso, so, oe, f, sod) == (0, 0, 0, 1, 0):
+            return State.FAULT
+        return State.UNKNOWN
+    words = np.arange(65536)
+    expect = np.array([int(state_of(int(w))) for w in words])
+    got = cia402.decode_state(words.reshape(256, 256))
+    assert got.shape == (256, 256)
+    np.testing.assert_array_equal(got.ravel(), expect)
+    assert np.ndim(cia402.decode_state(0x0637)) == 0
+
+
 def drive_next(state, cw, prev_cw):
     """Independent model of a drive's FSA: (state, controlword, previous cw) -> next state."""
     c = cw & 0x8F

@@ -75,3 +75,19 @@ def test_cpu_latency_request_written_and_held(tmp_path, monkeypatch):
     monkeypatch.setattr(rt, "_LATENCY_FD", None)
     why = rt.hold_cpu_latency(str(tmp_path / "missing" / "cpu_dma_latency"))
     assert why is not None and "missing/cpu_dma_latency" in why and rt._LATENCY_FD is None
+
+
+def test_rt_budget_and_cpu_share_warning(tmp_path):
+    """The kernel's SCHED_FIFO budget read from its two files (runtime / period, -1: unlimited),
+    and the end-of-run warning when the loop's CPU share came within 85 % of it."""
+    from robot.rt import cpu_share_warning, rt_budget
+    (tmp_path / "sched_rt_runtime_us").write_text("950000\n")
+    (tmp_path / "sched_rt_period_us").write_text("1000000\n")
+    assert rt_budget(str(tmp_path)) == 0.95
+    (tmp_path / "sched_rt_runtime_us").write_text("-1\n")
+    assert rt_budget(str(tmp_path)) is None
+    assert rt_budget(str(tmp_path / "missing")) is None
+    assert cpu_share_warning(0.70, 1.0, 0.95) is None            # 0.70 < 0.85 * 0.95
+    w = cpu_share_warning(0.93, 1.0, 0.95)
+    assert w is not None and "93%" in w and "95%" in w and "sched_rt_runtime_us" in w
+    assert cpu_share_warning(0.99, 1.0, None) is None            # unlimited

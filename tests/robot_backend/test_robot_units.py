@@ -40,6 +40,8 @@ def test_config_loads(cfg):
     (lambda r: r["drives"].append(dict(r["drives"][0])), "drives[6].joint='joint1' appears twice"),
     (lambda r: r["safety"].update(torque_margin_frac=-0.1), "safety.torque_margin_frac must be >= 0"),
     (lambda r: r["safety"].update(torque_margin_coulomb="x"), "safety.torque_margin_coulomb must be a number"),
+    (lambda r: r["drives"][3].update(station_alias=0), "drives[3] (joint4).station_alias must be 1..65535, got 0"),
+    (lambda r: r["drives"][3].update(station_alias=70000), "drives[3] (joint4).station_alias must be 1..65535"),
 ])
 def test_config_errors_name_key(raw, mutate, needle):
     import copy
@@ -57,7 +59,7 @@ def test_pdo_layout_sizes_and_offsets_match_struct(cfg):
     fmt_tx = "<" + "".join({"U8": "B", "I8": "b", "U16": "H", "I16": "h", "U32": "I", "I32": "i"}[e.type]
                            for e in cfg.tx_entries)
     assert lay.rx_size == struct.calcsize(fmt_rx) == 9
-    assert lay.tx_size == struct.calcsize(fmt_tx) == 21
+    assert lay.tx_size == struct.calcsize(fmt_tx) == 22
     # encode against struct (independent codec)
     out = lay.new_outputs(6)
     out["controlword"] = [0x0F, 0x06, 0x07, 0x00, 0x80, 0x0F]
@@ -79,14 +81,14 @@ def test_pdo_layout_sizes_and_offsets_match_struct(cfg):
     assert lay.decode(b"".join(raw_in)).tobytes() == b"".join(raw_in)
     assert lay.decode_outputs(enc).tobytes() == out.tobytes()
     with pytest.raises(ValueError, match="not a multiple"):
-        lay.decode(b"\0" * 22)
+        lay.decode(b"\0" * 23)
 
 
 def test_pdo_validate_sizes_names_slave(cfg):
     lay = PdoLayout.from_config(cfg)
-    lay.validate_sizes([9] * 6, [21] * 6)
+    lay.validate_sizes([9] * 6, [22] * 6)
     with pytest.raises(RuntimeError, match="slave 3: .* 9 output / 19 input bytes"):
-        lay.validate_sizes([9] * 6, [21, 21, 19, 21, 21, 21])
+        lay.validate_sizes([9] * 6, [22, 22, 19, 22, 22, 22])
 
 
 def test_pdo_assignment_sdos(cfg):

@@ -198,7 +198,7 @@ def test_config_errors_name_the_key(cfg, tmp_path):
         parse_slave_config(raw, "x.yaml")
     with pytest.raises(SlaveConfigError, match="not found"):
         load_slave_config(tmp_path / "missing.yaml")
-    assert cfg.rx_bytes == 9 and cfg.tx_bytes == 21
+    assert cfg.rx_bytes == 9 and cfg.tx_bytes == 22
 
 
 def _crc8_by_division(data: bytes) -> int:
@@ -296,10 +296,10 @@ def test_al_transitions_valid_and_invalid(chain):
     assert al_request(chain, st, 0x17) == (0x12, 0x0012)     # unknown state 7
     # PREOP -> SAFEOP with wrong SM2 length -> 0x001D; wrong SM3 -> 0x001E
     sm2 = struct.pack("<HHBBBB", 0x1100, 8, 0x64, 0, 1, 0)
-    sm3 = struct.pack("<HHBBBB", 0x1400, 21, 0x20, 0, 1, 0)
+    sm3 = struct.pack("<HHBBBB", 0x1400, 22, 0x20, 0, 1, 0)
     fpwr(chain, st, 0x0810, sm2 + sm3)
     assert al_request(chain, st, 0x14) == (0x12, 0x001D)
-    fpwr(chain, st, 0x0810, struct.pack("<HHBBBB", 0x1100, 9, 0x64, 0, 1, 0) + struct.pack("<HHBBBB", 0x1400, 22, 0x20, 0, 1, 0))
+    fpwr(chain, st, 0x0810, struct.pack("<HHBBBB", 0x1100, 9, 0x64, 0, 1, 0) + struct.pack("<HHBBBB", 0x1400, 21, 0x20, 0, 1, 0))
     assert al_request(chain, st, 0x14) == (0x12, 0x001E)
     fpwr(chain, st, 0x0810, struct.pack("<HHBBBB", 0x1100, 9, 0x64, 0, 1, 0) + sm3)
     assert al_request(chain, st, 0x14) == (0x04, 0)
@@ -460,12 +460,12 @@ def bring_to_op(chain, stations=None, preop_done=False):
         if not preop_done:
             assert to_preop(chain, st) == (2, 0)
         fpwr(chain, st, 0x0810, struct.pack("<HHBBBB", 0x1100, 9, 0x64, 0, 1, 0)
-             + struct.pack("<HHBBBB", 0x1400, 21, 0x20, 0, 1, 0))
+             + struct.pack("<HHBBBB", 0x1400, 22, 0x20, 0, 1, 0))
         pos = chain.slaves.index(next(e for e in chain.slaves if e.station_address == st))
         # FMMU0 outputs at logical 9*pos, FMMU1 inputs after all outputs
         n = len(chain.slaves)
         fm0 = struct.pack("<IHBBHBBBxxx", 9 * pos, 9, 0, 7, 0x1100, 0, 2, 1)
-        fm1 = struct.pack("<IHBBHBBBxxx", 9 * n + 21 * pos, 21, 0, 7, 0x1400, 0, 1, 1)
+        fm1 = struct.pack("<IHBBHBBBxxx", 9 * n + 22 * pos, 22, 0, 7, 0x1400, 0, 1, 1)
         fpwr(chain, st, 0x0600, fm0 + fm1)
         assert al_request(chain, st, 4) == (4, 0)
         assert al_request(chain, st, 8) == (8, 0)
@@ -474,9 +474,9 @@ def bring_to_op(chain, stations=None, preop_done=False):
 def lrw(chain, outputs):
     """outputs: list of (controlword, target, torque_offset, mode) per slave -> (inputs, wkc)."""
     n = len(chain.slaves)
-    data = b"".join(struct.pack("<Hihb", *o) for o in outputs) + bytes(21 * n)
+    data = b"".join(struct.pack("<Hihb", *o) for o in outputs) + bytes(22 * n)
     res, wkc, _ = one(chain, F.LRW, 0, 0, data)
-    ins = [struct.unpack_from("<HiihhiHb", res, 9 * n + 21 * k) for k in range(n)]
+    ins = [struct.unpack_from("<HiihhiHbB", res, 9 * n + 22 * k) for k in range(n)]
     return ins, wkc
 
 
@@ -523,14 +523,14 @@ def test_fault_injection_in_process(cfg):
     assert lrw(chain, out)[1] == 6
     chain.inject("resume_answering", slave=1)
     chain.inject("drop_frames", count=2)
-    assert chain.process(raw_frame([(F.LRW, 0, 0, bytes(90))])) is None
-    assert chain.process(raw_frame([(F.LRW, 0, 0, bytes(90))])) is None
+    assert chain.process(raw_frame([(F.LRW, 0, 0, bytes(93))])) is None
+    assert chain.process(raw_frame([(F.LRW, 0, 0, bytes(93))])) is None
     chain.inject("corrupt_frames", count=1)
     cycles = chain.cycles
-    frame = raw_frame([(F.LRW, 0, 0, bytes(90))])
+    frame = raw_frame([(F.LRW, 0, 0, bytes(93))])
     bad = chain.process(frame)
     chain.after_frame()
-    assert bad is not None and bad[16 + 10 + 90:16 + 12 + 90] == b"\x00\x00" and bad[26:116] != frame[26:116]
+    assert bad is not None and bad[16 + 10 + 93:16 + 12 + 93] == b"\x00\x00" and bad[26:119] != frame[26:119]
     assert chain.cycles == cycles                                      # not processed: no twin step
     assert fprd(chain, 0x1001, 0x0300, 1)[0][0] == 1                   # RX error counter
     assert lrw(chain, out)[1] == 9
@@ -685,7 +685,7 @@ def test_sync0_clock_steps_wall_time_periods(cfg, monkeypatch):
 
     def frame(target, cw=0x0F):
         outs = [(cw, target, 0, 8)] * n
-        return raw_frame([(F.LRW, 0, 0, b"".join(struct.pack("<Hihb", *o) for o in outs) + bytes(21 * n))])
+        return raw_frame([(F.LRW, 0, 0, b"".join(struct.pack("<Hihb", *o) for o in outs) + bytes(22 * n))])
 
     def serve(*targets, cw=0x0F):
         """-> (periods stepped before the first answer, periods stepped after the answers)"""
@@ -720,3 +720,76 @@ def test_sync0_clock_steps_wall_time_periods(cfg, monkeypatch):
     assert serve(0) == (0, 1)
     frame_clock = SlaveChain(cfg, FollowerMotion(JOINTS), n_slaves=3, watchdog_s=None)
     assert frame_clock.catch_up(5) == 0 and frame_clock.cycles == 0
+
+
+def test_drive_holds_its_torque_to_max_torque_0x6072(cfg):
+    """A drive never produces more than its max torque 0x6072 (per mille of the rated torque):
+    the twin's motor torque is clipped there, so 0x6077 never reads beyond it. Joint 2 holds the
+    arm against gravity with more than the limit set here; once 0x6072 is lowered below that
+    torque, the motor torque stays at the limit and the joint sinks (gravity wins) -- the
+    physical consequence, read from the twin's own state."""
+    from twin.ethercat.motion import TwinMotion
+    q0 = [0.0, 0.8, -0.5, 0.0, 0.4, 0.0]
+    # (sensors exact: 0x6077 is the drive's estimate from its measured current)
+    chain = SlaveChain(cfg, TwinMotion(str(URDF), str(DRIVES), {"noise": False}), n_slaves=3, q0=q0,
+                       watchdog_s=None, following_window_rad=1.0)
+    bring_to_op(chain)
+    ins, _ = lrw(chain, [(0, 0, 0, 8)] * 3)
+    pos0 = [i[1] for i in ins]
+    for cw in (0x06, 0x0F):
+        lrw(chain, [(cw, p, 0, 8) for p in pos0])
+    for _ in range(100):
+        ins, _ = lrw(chain, [(0x0F, p, 0, 8) for p in pos0])
+    rated = cfg.drives[1].rated_torque_Nm                   # link side [N*m]
+    k0 = len(chain.truth()["t"])
+    held = chain.truth()["tau_m"][-1, 1]
+    limit_pm = 100                                          # 10 % of the rated torque
+    assert abs(held) > 1.5 * limit_pm * 1e-3 * rated, held   # more than the limit set below
+    chain.slaves[1].od.entry(0x6072, 0).value = limit_pm
+    reported = []
+    for _ in range(300):
+        ins, _ = lrw(chain, [(0x0F, p, 0, 8) for p in pos0])
+        reported.append(ins[1][3])
+    tr = chain.truth()
+    assert tr["enabled"][-1, 1]
+    tau_m = np.abs(tr["tau_m"][k0 + 1:, 1])
+    assert np.max(tau_m) <= limit_pm * 1e-3 * rated * (1 + 1e-9), np.max(tau_m)
+    # 0x6077 [per mille] within 0x6072 (each answer carries the state before its own period)
+    assert np.max(np.abs(reported[1:])) <= limit_pm, reported
+    sink = (tr["q"][-1, 1] - q0[1]) * np.sign(held)     # gravity wins: the joint sinks (away
+    assert sink < -0.05, tr["q"][-1, 1]                  # from the torque that held it)
+    chain.slaves[1].od.entry(0x6072, 0).value = 3000             # the default: the twin's own clip
+    for _ in range(5):
+        lrw(chain, [(0x0F, p, 0, 8) for p in pos0])
+    assert np.max(np.abs(chain.truth()["tau_m"][-3:, 1])) > 1.5 * limit_pm * 1e-3 * rated
+    chain.motion.close()
+
+
+def test_error_register_and_emergencies(cfg):
+    """0x1001 (CiA 301 error register) with each error: generic bit 0 plus the class bit of the
+    code (table written out here: 0x2xxx current 1, 0x3xxx voltage 2, 0x4xxx temperature 3,
+    0x86xx device profile 5, other 0x8xxx communication 4, 0xFFxx manufacturer 7); an
+    "emergency" injection (the axis keeps its state) queues a CoE emergency carrying the register
+    and leaves the register set, a warning leaves it at 0; a fault reset clears it."""
+    from twin.ethercat.drive import error_register_bits
+    table = {0x2310: 0x03, 0x3210: 0x05, 0x4310: 0x09, 0x8611: 0x21, 0x8700: 0x11, 0xFF01: 0x81,
+             0x5400: 0x01, 0x7305: 0x01}
+    assert {c: error_register_bits(c) for c in table} == table
+    chain = SlaveChain(cfg, FollowerMotion(JOINTS), n_slaves=3, watchdog_s=None)
+    bring_to_op(chain)
+    drive = chain.slaves[1].drive
+    state0 = drive.state
+    assert chain.inject("emergency", slave=1, code=0x4210, warning=True)["error_register"] == 0
+    assert chain.inject("emergency", slave=1, code=0x4310)["error_register"] == 0x09
+    assert chain.slaves[1].emergencies_sent == 2 and drive.state == state0     # no reaction
+    assert chain.inject("emergency", slave=1, code=0x2310)["error_register"] == 0x0B   # accumulates
+    assert chain.slaves[1].od.value(0x1001) == 0x0B
+    chain.inject("drive_fault", slave=2, code=0x8611)
+    assert chain.slaves[2].od.value(0x1001) == 0x21
+    out = [(0, 0, 0, 8)] * 3
+    lrw(chain, out)
+    lrw(chain, [(0x80, 0, 0, 8)] * 3)                      # fault reset: rising edge of bit 7
+    lrw(chain, [(0x80, 0, 0, 8)] * 3)
+    assert chain.slaves[2].od.value(0x1001) == 0 and chain.slaves[2].drive.state == SWITCH_ON_DISABLED
+    chain.inject("clear")
+    assert chain.slaves[1].od.value(0x1001) == 0

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "assets" / "cobot6_ethercat.yaml"
 URDF = ROOT / "assets" / "cobot6.urdf"
 DRIVES = ROOT / "assets" / "cobot6_drives.yaml"
-RX_FMT, TX_FMT = "<Hihb", "<HiihhiHb"      # the config's PDO layout (checked in test_layout_matches_config)
+RX_FMT, TX_FMT = "<Hihb", "<HiihhiHbB"      # the config's PDO layout (checked in test_layout_matches_config)
 TIMEOUT_US = 20000                          # receive timeout: generous, the assertions are on content
 
 

@@ -28,7 +28,12 @@ frame returns unprocessed, garbled, working counter 0, RX error counter 0x0300 c
 (index, code=0x08000020, slave=None -> all: any SDO access to the object is aborted),
 "wrong_identity" (slave, vendor_id/product_code; default product + 1, seen at the next bring-up),
 "freeze_encoder" (slave: 0x6064 keeps its value while the axis moves on), "warning" (slave:
-statusword bit 7 set), "swap_serials" (slaves [a, b]: swapped identical drives), "clear". Built in: process-data (SyncManager) watchdog (``watchdog_s`` = initial value of
+statusword bit 7 set), "swap_serials" (slaves [a, b]: swapped identical drives), "set_alias" (slave,
+alias: configured station alias in SII word 4 and register 0x0012), "emergency"
+(slave, code=0x2310, warning=False: a CoE emergency the drive reports without reacting, the axis
+keeps its state; an error sets the error register 0x1001 -- generic + class bit, PDO-mappable --
+until a fault reset, a warning leaves it), "clear". The drives hold their motor torque to max
+torque 0x6072. Built in: process-data (SyncManager) watchdog (``watchdog_s`` = initial value of
 registers 0x0400/0x0420, which the master reprograms; AL code 0x001B; every expiry is logged with
 its time and the time of the last outputs), following-error fault 0x8611 (window 0x6065), leaving
 OP while enabled faults 0x8700, distributed clocks (receive-time latch, system time/offset, SYNC0

@@ -30,7 +30,8 @@ from .sii import SyncManagerLayout, build_sii
 STOP_OBJECTS = (0x6007, 0x605A, 0x605B, 0x605C, 0x605E, 0x6084, 0x6085, 0x6072)
 FAULT_KINDS = ("drive_fault", "drop_frames", "corrupt_frames", "stop_answering", "resume_answering",
                "sdo_abort", "wrong_identity", "sto", "quick_stop", "ignore_mode", "al_error",
-               "set_object", "clear", "freeze_encoder", "warning", "swap_serials")
+               "set_object", "clear", "freeze_encoder", "warning", "swap_serials", "emergency",
+               "set_alias")
 
 
 class SlaveChain:
@@ -118,6 +119,7 @@ class SlaveChain:
         self.last_output_t = [0.0] * n
         self._op_since = [None] * n
         self._pd_pending = False
+        self._torque_limit: tuple | None = None   # the 0x6072 limits last handed to the motion
         self.watchdog_trips: list[dict] = []      # SM watchdog expiries: slave, time, last output
         self._truth = _TruthBuffer(motion.n)
 
@@ -297,6 +299,13 @@ class SlaveChain:
             q_cmd[j] = c.q_cmd
             tau_ff[j] = c.tau_ff
             enabled[j] = c.enabled
+        # the drives hold their motor torque to 0x6072 (written at bring-up): the twin clips there
+        lim = tuple(esc.drive.max_torque_link for esc in self.slaves)
+        if lim != self._torque_limit:
+            tau_max = np.full(nj, np.inf)
+            tau_max[self.joint_index] = lim
+            self.motion.set_torque_limit(tau_max)
+            self._torque_limit = lim
         st = self.motion.step(q_cmd, tau_ff)
         self._apply_state(st)
         self.cycles += 1
@@ -344,6 +353,12 @@ class SlaveChain:
             esc.drive.inject_fault(int(kw.get("code", ERR_INJECTED_DEFAULT)))
             esc.publish_inputs()
             return {"slave": esc.position, "error_code": esc.drive.od.value(0x603F)}
+        if kind == "emergency":          # reported, not reacted to: the axis keeps its state
+            take("slave", "code", "warning")
+            esc = self._slave(kw.get("slave"))
+            esc.drive.report_emergency(int(kw.get("code", ERR_INJECTED_DEFAULT)), bool(kw.get("warning", False)))
+            esc.publish_inputs()
+            return {"slave": esc.position, "error_register": esc.od.value(0x1001)}
         if kind in ("drop_frames", "corrupt_frames"):
             take("count")
             count = kw.get("count", 1)
@@ -379,6 +394,11 @@ class SlaveChain:
             esc.set_identity(vendor, product)
             return {"slave": esc.position, "vendor_id": esc.od.value(0x1018, 1),
                     "product_code": esc.od.value(0x1018, 2)}
+        if kind == "set_alias":             # configured station alias (SII word 4 / 0x0012)
+            take("slave", "alias")
+            esc = self._slave(kw.get("slave"))
+            esc.set_alias(int(kw["alias"]))
+            return {"slave": esc.position, "alias": int(kw["alias"])}
         if kind == "swap_serials":          # identical drives, cables swapped
             take("slaves")
             a, b = (self._slave(x) for x in kw["slaves"])
@@ -440,6 +460,7 @@ class SlaveChain:
                 esc.drive.ignore_mode = False
                 esc.drive.encoder_frozen = None
                 esc.drive.warning = False
+                esc.od.entry(0x1001, 0).value = 0
             return {}
         return None
 

@@ -267,6 +267,7 @@ def drive_dictionary(*, vendor_id: int, product_code: int, revision: int, serial
     # CiA 402 objects: (index, name, type, default, access, pdo direction, check)
     ro, rw = "ro", "rw"
     for idx, nm, t, v, acc, pdo, chk in [
+        (0x1001, "error register", "U8", 0, ro, "tx", None),      # CiA 301, mappable here
         (0x603F, "error code", "U16", 0, ro, "tx", None),
         (0x6040, "controlword", "U16", 0, rw, "rx", None),
         (0x6041, "statusword", "U16", 0, ro, "tx", None),

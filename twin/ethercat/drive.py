@@ -43,6 +43,20 @@ ERR_COMMUNICATION = 0x8700   # sync / process data lost while enabled
 ERR_INJECTED_DEFAULT = 0x2310  # continuous over-current (a plausible drive fault)
 
 
+def error_register_bits(code: int) -> int:
+    """CiA 301 error register 0x1001 for an error code: bit 0 (generic) always, plus the class
+    bit -- 1 current (0x2xxx), 2 voltage (0x3xxx), 3 temperature (0x4xxx), 4 communication
+    (0x8xxx but 0x86xx), 5 device profile (0x86xx: CiA 402 monitoring, e.g. following error 0x8611),
+    7 manufacturer specific (0xFFxx)."""
+    hi = (code >> 12) & 0xF
+    bits = 0x01 | {2: 0x02, 3: 0x04, 4: 0x08}.get(hi, 0)
+    if hi == 8:
+        bits |= 0x20 if (code >> 8) & 0xF == 6 else 0x10
+    if (code >> 8) & 0xFF == 0xFF:
+        bits |= 0x80
+    return bits
+
+
 def _sat(v: float, lo: int, hi: int) -> int:
     return lo if v < lo else hi if v > hi else int(round(v))
 
@@ -71,7 +85,7 @@ class Cia402Drive:
         self.encoder_frozen: int | None = None   # fault injection: 0x6064 stuck at this count
         self.warning = False                     # fault injection: statusword bit 7
         self.cycle = 0
-        self.on_fault = None          # callback(error code): the ESC sends a CoE emergency
+        self.on_fault = None          # callback(error code, error register): the ESC sends a CoE emergency
         self.transitions: list[tuple[int, float, str, str]] = []   # (cycle, monotonic s, from, to)
         self.q_hold = 0.0
         self.q_actual = 0.0
@@ -86,6 +100,12 @@ class Cia402Drive:
         """Link-side rated torque [N*m] the per-mille torques refer to: 0x6076 (motor side,
         mN*m) times the gear ratio."""
         return self.od.value(0x6076) * 1e-3 * self.s.gear_ratio
+
+    @property
+    def max_torque_link(self) -> float:
+        """Link-side torque limit [N*m] the drive holds its motor torque to: max torque 0x6072
+        (per mille of the rated torque)."""
+        return self.od.value(0x6072) * 1e-3 * self.rated_torque_link
 
     def _log(self, old: int, new: int) -> None:
         if old != new:
@@ -127,11 +147,22 @@ class Cia402Drive:
         if self.state == OPERATION_ENABLED:
             self.q_hold = self.q_actual
         self._e[0x603F].value = code & 0xFFFF
+        self.od.entry(0x1001, 0).value = error_register_bits(code & 0xFFFF)
         if self.on_fault is not None:
-            self.on_fault(code & 0xFFFF)
+            self.on_fault(code & 0xFFFF, self.od.value(0x1001))
         self._log(self.state, FAULT_REACTION_ACTIVE)
         self.state = FAULT_REACTION_ACTIVE
         self._publish_status()
+
+    def report_emergency(self, code: int, warning: bool = False) -> None:
+        """An error the drive reports without reacting to it (the axis keeps its state), e.g. a
+        failing encoder battery: CoE emergency `code`; an error sets the error register 0x1001
+        (generic + class bits) until a fault reset, a warning leaves it as it is."""
+        if not warning:
+            reg = self.od.value(0x1001) | error_register_bits(code & 0xFFFF)
+            self.od.entry(0x1001, 0).value = reg
+        if self.on_fault is not None:
+            self.on_fault(code & 0xFFFF, self.od.value(0x1001))
 
     def on_leave_op(self) -> None:
         """The ESC left OP: outputs are no longer valid. An enabled axis faults (0x8700)."""
@@ -153,6 +184,7 @@ class Cia402Drive:
             if cw & 0x80 and not self._last_cw & 0x80:
                 st = SWITCH_ON_DISABLED
                 self._e[0x603F].value = 0
+                self.od.entry(0x1001, 0).value = 0
         elif st == QUICK_STOP_ACTIVE:
             st = OPERATION_ENABLED if (cw & 0x0F) == 0x0F and (cw & 0x04) else SWITCH_ON_DISABLED
         elif not cw & 0x02:                                # disable voltage

@@ -30,7 +30,7 @@ import time
 
 from .coe import ObjectDictionary, SdoServer, process_image_layout
 from .config import TYPES
-from .sii import SyncManagerLayout
+from .sii import SyncManagerLayout, crc8_config_area
 
 INIT, PREOP, BOOT, SAFEOP, OP = 1, 2, 3, 4, 8
 AL_ERROR = 0x10
@@ -162,6 +162,13 @@ class Esc:
         struct.pack_into("<I", self.sii, 0x0E * 2, serial)
         self.od.entry(0x1018, 4).value = serial
 
+    def set_alias(self, alias: int) -> None:
+        """Configured station alias: SII word 4 (with the configuration area's CRC) and register
+        0x0012, as after a power cycle with that EEPROM content."""
+        struct.pack_into("<H", self.sii, 8, alias & 0xFFFF)
+        self.sii[14] = crc8_config_area(bytes(self.sii))
+        struct.pack_into("<H", self.mem, REG_ALIAS, alias & 0xFFFF)
+
     def set_identity(self, vendor_id: int | None = None, product_code: int | None = None) -> None:
         """Change the identity in SII and 0x1018 (fault injection: wrong identity)."""
         if vendor_id is not None:
@@ -287,10 +294,10 @@ class Esc:
             if not self.mem[REG_SM + 8 + 5] & 0x08:
                 self._next_mailbox()
 
-    def queue_emergency(self, error_code: int) -> None:
+    def queue_emergency(self, error_code: int, error_register: int = 0x01) -> None:
         """Queue a CoE emergency for the master's next mailbox read (mailbox SMs set up)."""
         if self.al_state in (PREOP, SAFEOP, OP):
-            self._pending.append(self.sdo.emergency(error_code))
+            self._pending.append(self.sdo.emergency(error_code, error_register))
             self.emergencies_sent += 1
             if not self.mem[REG_SM + 8 + 5] & 0x08:
                 self._next_mailbox()

@@ -49,6 +49,8 @@ class Motion(Protocol):
 
     def step(self, q_cmd: np.ndarray, tau_ff: np.ndarray) -> MotionState: ...
 
+    def set_torque_limit(self, tau_max: np.ndarray) -> None: ...
+
 
 class FollowerMotion:
     """q follows q_cmd through a first-order lag of time constant `tau_s`; torques are zero."""
@@ -78,6 +80,9 @@ class FollowerMotion:
         self.qd = dq / self.dt
         self.t += self.dt
         return self._state()
+
+    def set_torque_limit(self, tau_max) -> None:
+        """No torques here, so nothing to clip."""
 
 
 class TwinMotion:
@@ -128,6 +133,11 @@ class TwinMotion:
 
     def step(self, q_cmd, tau_ff) -> MotionState:
         return self._convert(self.sim.step(np.asarray(q_cmd, float), tau_ff=np.asarray(tau_ff, float)))
+
+    def set_torque_limit(self, tau_max) -> None:
+        """The drives' max torque (0x6072, link side (n,) [N*m]): the twin's motor torque is
+        clipped there from the next period on."""
+        self.sim.set_torque_limit(tau_max)
 
     def close(self) -> None:
         close = getattr(self.sim, "close", None)
