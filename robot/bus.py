@@ -241,16 +241,7 @@ class EthercatBus:
                 got.append(struct.unpack("<I", bytes(retry_sdo(s.sdo_read, 0x1018, 4))[:4])[0])
             except Exception as exc:  # noqa: BLE001
                 return [f"{self._slave_label(k)}: " + sdo_error_text("read", 0x1018, 4, exc)]
-        bad = []
-        for k, (w, g) in enumerate(zip(want, got)):
-            if w is None or w == g:
-                continue
-            other = [j for j, wj in enumerate(want) if wj == g and j != k]
-            where = (f"; serial {g} is configured for {self._slave_label(other[0])} (swapped "
-                     f"cables?)" if other else "")
-            bad.append(f"{self._slave_label(k)}: serial number 0x1018:4 reads {g}, configured "
-                       f"{w}{where}")
-        return bad
+        return self._mismatches(want, got, "serial", "serial number 0x1018:4")
 
     def _check_aliases(self) -> list[str]:
         """Configured station aliases (SII word 4, what the ESC loads into register 0x0012)
@@ -266,15 +257,20 @@ class EthercatBus:
             except Exception as exc:  # noqa: BLE001
                 return [f"{self._slave_label(k)}: station alias (SII word 4) not readable: "
                         f"{type(exc).__name__}: {exc}"]
+        return self._mismatches(want, got, "alias", "station alias (SII word 4 / 0x0012)")
+
+    def _mismatches(self, want: list, got: list, short: str, what: str) -> list[str]:
+        """Texts for the positions whose read value `got[k]` differs from the configured
+        `want[k]` (None: not configured); a value configured for another position is named
+        there too (identical drives with swapped cables)."""
         bad = []
         for k, (w, g) in enumerate(zip(want, got)):
             if w is None or w == g:
                 continue
             other = [j for j, wj in enumerate(want) if wj == g and j != k]
-            where = (f"; alias {g} is configured for {self._slave_label(other[0])} (swapped "
+            where = (f"; {short} {g} is configured for {self._slave_label(other[0])} (swapped "
                      f"cables?)" if other else "")
-            bad.append(f"{self._slave_label(k)}: station alias (SII word 4 / 0x0012) reads {g}, "
-                       f"configured {w}{where}")
+            bad.append(f"{self._slave_label(k)}: {what} reads {g}, configured {w}{where}")
         return bad
 
     def _make_hook(self, k: int):
