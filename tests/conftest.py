@@ -96,8 +96,9 @@ MODEL_CACHES = ("codegen", "base_params")
 
 
 @pytest.fixture(scope="session")
-def _model_cache_store(tmp_path_factory) -> Path:
-    """This session's (this xdist worker's) store of :data:`MODEL_CACHES` files."""
+def model_cache_store(tmp_path_factory) -> Path:
+    """This session's (this xdist worker's) store of :data:`MODEL_CACHES` files, filled by the
+    tests that use :func:`seed_model_cache` / :func:`keep_model_cache` (:func:`model_cache`)."""
     store = tmp_path_factory.mktemp("model_cache_store")
     for sub in MODEL_CACHES:
         (store / sub).mkdir()
@@ -111,27 +112,38 @@ def _copy_new(src: Path, dst: Path) -> None:
     import shutil
     files = sorted((p for p in src.iterdir() if p.is_file()), key=lambda p: p.suffix != ".json")
     for f in files:
-        if not (dst / f.name).exists():
+        if not (dst / f.name).exists() and not f.name.startswith("."):
             tmp = dst / f".{f.name}.part"
             shutil.copyfile(f, tmp)
             os.replace(tmp, dst / f.name)
 
 
+def seed_model_cache(cache: Path, store: Path) -> Path:
+    """Make `cache` a twinid cache folder holding the store's arm-model files (and nothing else:
+    no trajectories); returns `cache`."""
+    for sub in MODEL_CACHES:
+        (cache / sub).mkdir(parents=True, exist_ok=True)
+        _copy_new(store / sub, cache / sub)
+    return cache
+
+
+def keep_model_cache(cache: Path, store: Path) -> None:
+    """Add the arm-model files `cache` has and the store lacks to the store."""
+    for sub in MODEL_CACHES:
+        if (cache / sub).is_dir():
+            _copy_new(cache / sub, store / sub)
+
+
 @pytest.fixture
-def model_cache(tmp_path, _model_cache_store) -> Path:
+def model_cache(tmp_path, model_cache_store) -> Path:
     """A fresh twinid cache folder, ``tmp_path/"cache"``: no trajectories and nothing else of
     earlier runs, but the arm-model files this session has already computed (:data:`MODEL_CACHES`:
     the model compiled to C, base parameters), and the ones this test computes go back to the
     session's store. For tests of anything but those caches: the C compiler runs once per function
     and session instead of once per test (the excitation problem's functions: ~50 s)."""
-    cache = tmp_path / "cache"
-    for sub in MODEL_CACHES:
-        (cache / sub).mkdir(parents=True)
-        _copy_new(_model_cache_store / sub, cache / sub)
+    cache = seed_model_cache(tmp_path / "cache", model_cache_store)
     yield cache
-    for sub in MODEL_CACHES:
-        if (cache / sub).is_dir():
-            _copy_new(cache / sub, _model_cache_store / sub)
+    keep_model_cache(cache, model_cache_store)
 
 
 # ---------------------------------------------------------------------------------------------
