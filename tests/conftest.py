@@ -170,8 +170,30 @@ def xdist_group_of(item) -> str:
     return rel
 
 
+#: under xdist, the groups that go first (the longest: the golden runs, ~5 min of one core; the
+#: EtherCAT emulator), so that no long group starts last and leaves the other worker idle
+FIRST_GROUPS = ("golden", "ethercat")
+
+
+def _xdist(config) -> bool:
+    return config.getoption("dist", "no") != "no" or "PYTEST_XDIST_WORKER" in os.environ
+
+
+def pytest_configure(config):
+    """Under xdist, hand the groups to the workers in the order of the collection (below), not
+    by their number of tests (xdist's default)."""
+    if _xdist(config) and hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark every test with its :func:`xdist_group_of` (read by ``--dist loadgroup``; without
-    xdist the mark is inert and the run is the serial one)."""
+    xdist the mark is inert and the order is the serial one). Under xdist the tests of
+    :data:`FIRST_GROUPS` come first (a stable sort: each group keeps its order)."""
+    groups = {}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+        groups[item.nodeid] = g = xdist_group_of(item)
+        item.add_marker(pytest.mark.xdist_group(g))
+    if _xdist(config):
+        rank = {g: i for i, g in enumerate(FIRST_GROUPS)}
+        items.sort(key=lambda it: rank.get(groups[it.nodeid], len(FIRST_GROUPS)))
