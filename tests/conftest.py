@@ -186,6 +186,7 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+@pytest.hookimpl(tryfirst=True)     # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(config, items):
     """Mark every test with its :func:`xdist_group_of` (read by ``--dist loadgroup``; without
     xdist the mark is inert and the order is the serial one). Under xdist the tests of
