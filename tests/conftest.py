@@ -170,6 +170,35 @@ def xdist_group_of(item) -> str:
     return rel
 
 
+#: under xdist, the groups whose tests run with the other worker idle: the EtherCAT tests time a
+#: 1 kHz bus, watchdogs and exits "within a second" (with the other core busy they failed: a
+#: bring-up exit in 1.003-1.012 s of 1.0, a parent-killed loop stopping in 0.30 s of 0.1)
+EXCLUSIVE_GROUPS = ("ethercat",)
+_LOCK: dict = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist, each test (setup, call, teardown, reruns) holds a lock file of this run
+    (``PYTEST_XDIST_TESTRUNUID``) shared, and a test of :data:`EXCLUSIVE_GROUPS` holds it
+    exclusive: it starts when the other worker's test has ended and no test starts beside it."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None or "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    import fcntl
+    import tempfile
+    if "fh" not in _LOCK:
+        _LOCK["fh"] = open(Path(tempfile.gettempdir()) / f"twinid-pytest-{run}.lock", "a+")
+    fh = _LOCK["fh"]
+    exclusive = xdist_group_of(item) in EXCLUSIVE_GROUPS
+    fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 #: under xdist, the groups that go first (the longest: the golden runs, ~5 min of one core; the
 #: EtherCAT emulator), so that no long group starts last and leaves the other worker idle
 FIRST_GROUPS = ("golden", "ethercat")
