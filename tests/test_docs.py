@@ -160,10 +160,13 @@ def _pixels(path):
 
 
 @pytest.mark.slow
-def test_doc_images_and_add_excitation_figures_from_fresh_runs(golden_run_folders, tmp_path):
+def test_doc_images_and_add_excitation_figures_from_fresh_runs(golden_run_folders, golden_cache,
+                                                               tmp_path):
     """The quickstart images of docs/figures are the pixels a fresh quickstart run draws; the
     add_excitation figures of docs/excitation.md are a fresh add_excitation run's on that run,
-    which prints "-> processing" once (the held data: their own step)."""
+    which prints "-> processing" once (the held data: their own step). The add_excitation run
+    uses the golden runs' cache (its validation trajectory is quickstart's; its excitation, designed
+    for the held data, is optimized)."""
     import numpy as np
     D = _doc_figures()
     qs = Path(golden_run_folders["quickstart"])
@@ -174,7 +177,7 @@ def test_doc_images_and_add_excitation_figures_from_fresh_runs(golden_run_folder
         assert a.shape == b.shape and np.array_equal(a, b), \
             f"docs/figures/{target} is not what the code draws: python tests/doc_figures.py"
     out = tmp_path / "add_excitation"
-    res = D.run_scenario("add_excitation", out, tmp_path / "cache", held=qs, quiet=False)
+    res = D.run_scenario("add_excitation", out, golden_cache, held=qs, quiet=False)
     log = res.stdout + res.stderr
     assert log.count("-> processing ...") == 1 and "-> processing the held data" in log, log
     src = {"add_excitation": json.loads((out / "metrics.json").read_text()),
@@ -183,13 +186,14 @@ def test_doc_images_and_add_excitation_figures_from_fresh_runs(golden_run_folder
 
 
 @pytest.mark.slow
-def test_closed_loop_doc_figures_from_a_fresh_run(tmp_path):
+def test_closed_loop_doc_figures_from_a_fresh_run(golden_cache, tmp_path):
     """docs/closed_loop.md: the tracking and collision tables and both images are a fresh
-    scenarios/closed_loop.yaml run's."""
+    scenarios/closed_loop.yaml run's (identification, closed loop and collision runs; its two
+    trajectories are quickstart's, read from the golden runs' cache)."""
     import numpy as np
     D = _doc_figures()
     out = tmp_path / "closed_loop"
-    D.run_scenario("closed_loop", out, tmp_path / "cache")
+    D.run_scenario("closed_loop", out, golden_cache)
     src = {"closed_loop": json.loads((out / "metrics.json").read_text())}
     for name in ("closed-loop-tracking", "closed-loop-collision"):
         assert D.check_block(name, _all_blocks()[name][1], src) == []

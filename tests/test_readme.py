@@ -148,12 +148,12 @@ def test_matrix_headline_row_matches_fresh_runs(golden_run_folders, tmp_path, mo
 
 
 @pytest.mark.slow
-def test_payload_row_matches_a_fresh_run(tmp_path, monkeypatch):
+def test_payload_row_matches_a_fresh_run(tmp_path, monkeypatch, model_cache):
     """The README's payload row (mass error, its std and z, CoM error) is what a fresh
     `twinid run scenarios/payload.yaml` prints (a cold trajectory cache)."""
     from identify.app.pipeline import run_scenario
     from identify.scenario.load import load_scenario
-    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TWINID_CACHE", str(model_cache))      # trajectories: none cached
     line = next(ln for ln in (ROOT / "README.md").read_text().splitlines()
                 if ln.startswith("| payload 1.5 kg, 10 s, default noise |"))
     m = re.search(r"mass (\S+) % \(std ±(\S+) %, z (\S+?):.*CoM error (\S+) mm", line)

@@ -506,8 +506,8 @@ def tripwire(monkeypatch):
 
 
 @pytest.mark.parametrize("make, code, fragment", CASES, ids=[c[0].__name__ for c in CASES])
-def test_hostile_input(make, code, fragment, tmp_path, capsys, tripwire, monkeypatch):
-    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+def test_hostile_input(make, code, fragment, tmp_path, capsys, tripwire, monkeypatch, model_cache):
+    monkeypatch.setenv("TWINID_CACHE", str(model_cache))
     argv = make(tmp_path)
     try:
         got = main(argv)
@@ -525,10 +525,10 @@ def test_hostile_input(make, code, fragment, tmp_path, capsys, tripwire, monkeyp
 
 
 def test_trajectory_files_are_checked_before_any_optimization(tmp_path, capsys, tripwire,
-                                                             monkeypatch):
+                                                             monkeypatch, model_cache):
     """A bad validation file is refused before the excitation trajectory is optimized (the
     tripwire turns an optimization into exit 130)."""
-    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TWINID_CACHE", str(model_cache))
     assert main(trajectory_is_other_yaml(tmp_path)) == 2
     assert "trajectories.validation.file" in capsys.readouterr().err
 
@@ -699,12 +699,13 @@ def test_hostile_preset_log(drop, add, fragment, arm_log, ur_log):
     assert str(exc.value).startswith(str(f)) and fragment in str(exc.value), str(exc.value)
 
 
-def test_payload_fit_from_a_log_in_degrees_is_refused(arm_log, tmp_path, capsys, monkeypatch):
+def test_payload_fit_from_a_log_in_degrees_is_refused(arm_log, tmp_path, capsys, monkeypatch,
+                                                      model_cache):
     """The payload fit reads its log with the normal fit's unit guards: positions logged in
     degrees but declared in radians are refused naming the joint (they gave 0.435 kg for a
     1.5 kg payload, exit 0). The same log in radians is read (the fit then runs)."""
     import numpy as np
-    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TWINID_CACHE", str(model_cache))
     model, f, gains, cols = arm_log
     lines = f.read_text().splitlines()
     rows = [[float(x) for x in ln.split(",")] for ln in lines[1:]]
@@ -724,13 +725,13 @@ def test_payload_fit_from_a_log_in_degrees_is_refused(arm_log, tmp_path, capsys,
                                                  "position_unit: deg" in err, err
 
 
-def test_two_sweeps_on_one_folder(tmp_path, capsys, tripwire, monkeypatch):
+def test_two_sweeps_on_one_folder(tmp_path, capsys, tripwire, monkeypatch, model_cache):
     """A second sweep on a folder another process is sweeping is refused (exit 2, naming the
     other) before anything runs; once that process has ended, the folder is free again (the
     kernel releases the lock: no stale lock)."""
     import subprocess
     import sys
-    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TWINID_CACHE", str(model_cache))
     out = tmp_path / "sweep"
     out.mkdir()
     hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
@@ -753,7 +754,7 @@ def test_two_sweeps_on_one_folder(tmp_path, capsys, tripwire, monkeypatch):
 
 
 @pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
-def test_sweep_workers_die_with_the_driver(signum, tmp_path):
+def test_sweep_workers_die_with_the_driver(signum, tmp_path, model_cache):
     """The sweep driver killed (SIGKILL) or terminated (SIGTERM: exit 143 within a second):
     its worker processes end too (a ~200 MB worker stayed alive)."""
     import signal as _signal
@@ -764,7 +765,7 @@ def test_sweep_workers_die_with_the_driver(signum, tmp_path):
     d = tiny_scenario("tiny_sweep", sweep={"noise": {"torque": [0.0, 0.1, 0.2, 0.3]}, "seeds": 1})
     f = tmp_path / "sweep.yaml"
     f.write_text(yaml.safe_dump(d))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TWINID_CACHE=str(tmp_path / "cache"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TWINID_CACHE=str(model_cache))
     proc = subprocess.Popen([sys.executable, "-m", "identify", "-q", "sweep", str(f), "--out",
                              str(tmp_path / "out"), "--workers", "1"], env=env, cwd=ROOT,
                             start_new_session=True, stdout=subprocess.DEVNULL,

@@ -212,15 +212,15 @@ def test_each_trajectory_has_its_own_torque_limit(tmp_path, monkeypatch, ref_mod
 
 
 @pytest.mark.slow
-def test_hardware_accepts_the_torque_limited_design(tmp_path, capsys, monkeypatch):
+def test_hardware_accepts_the_torque_limited_design(tmp_path, capsys, monkeypatch, model_cache):
     """The quickstart's trajectories designed for backend: hardware (torque_limit auto = on) and
     checked by the hardware backend's dry run, which evaluates the motor-torque bound every
     control cycle (1 kHz): the optimizer held it on 10x its grid only, and the hardware refused
-    joint 2 at 110.001 N*m of 110 (exit 4). ~10 s (two optimizations, cold cache)."""
+    joint 2 at 110.001 N*m of 110 (exit 4). ~10 s (two optimizations, cold trajectory cache)."""
     import yaml
     from identify.app.cli import main
     from identify.model.robot_model import reference_paths
-    monkeypatch.setenv("TWINID_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TWINID_CACHE", str(model_cache))
     paths = reference_paths()
     root = Path(__file__).resolve().parents[2]
     d = yaml.safe_load((root / "scenarios" / "quickstart.yaml").read_text())

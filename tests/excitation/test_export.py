@@ -106,13 +106,15 @@ def test_urscript_refuses_other_than_six_joints_and_500hz():
 
 
 @pytest.fixture(scope="module")
-def twin_fits(tmp_path_factory):
+def twin_fits(tmp_path_factory, model_cache_store):
     """The tiny scenario run on the twin with its Fourier trajectories and with each form parsed
     back from its file: label -> sweep record (parameter errors against the twin's truth)."""
     pytest.importorskip("pybullet")
     import os
     tmp = tmp_path_factory.mktemp("export_twin")
-    os.environ["TWINID_CACHE"] = str(tmp / "cache")
+    from conftest import keep_model_cache, seed_model_cache
+    # the arm model compiled once per session (conftest.model_cache); trajectories optimized here
+    os.environ["TWINID_CACHE"] = str(seed_model_cache(tmp / "cache", model_cache_store))
     from identify.app.acquisition import record
     from identify.app.identification import identify_recordings
     from identify.app.inputs import build_model
@@ -141,6 +143,7 @@ def twin_fits(tmp_path_factory):
         recs = record(scn, run, model=model, show=False)
         ident = identify_recordings(scn, model, recs, decompose=False)
         out[form] = sweep_record(ident, run_id=form, levels={}, seed=0, time_s=0, host="", pid=0)
+    keep_model_cache(tmp / "cache", model_cache_store)
     return out
 
 

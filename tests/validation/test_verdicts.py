@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import tiny_scenario
+from conftest import keep_model_cache, seed_model_cache, tiny_scenario
 from identify.estimation import signal as sig
 from identify.validation.parameter_errors import near_zero, parameter_errors
 
@@ -26,11 +26,14 @@ TORQUE_ONLY = {"noise": True, "encoder_noise_rad": 0.0, "encoder_resolution_bits
 
 
 @pytest.fixture(scope="module")
-def twin_cache(tmp_path_factory):
-    cache = tmp_path_factory.getbasetemp() / "twinid_cache_verdicts"
+def twin_cache(tmp_path_factory, model_cache_store):
+    # the arm model compiled once per session (conftest.model_cache); trajectories optimized here
+    cache = seed_model_cache(tmp_path_factory.getbasetemp() / "twinid_cache_verdicts",
+                             model_cache_store)
     old = os.environ.get("TWINID_CACHE")
     os.environ["TWINID_CACHE"] = str(cache)
     yield cache
+    keep_model_cache(cache, model_cache_store)
     if old is None:
         os.environ.pop("TWINID_CACHE", None)
     else:
