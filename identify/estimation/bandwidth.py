@@ -34,8 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cvfolds import fold_grams, solve_psd
-from .selection import CandidateScore, significant
+from .selection import CandidateScore, fold_grams, significant, solve_psd
 
 #: fraction of the positions' power below the trajectory's bandwidth
 BAND_FRACTION = 0.999

@@ -6,11 +6,9 @@ docs/friction-terms.md."""
 from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
-from math import comb
 
 import numpy as np
 from identify.common.estimator import EstimatorMixin, check_is_fitted
-from .cvfolds import FoldCV as _CV, guard_samples, guarded_fold_grams as _guarded_grams
 from .design import channel
 
 
@@ -106,9 +104,7 @@ class FrictionSelection:
     the load-torque passes and the final fit on all identification samples.
 
     params: (pb + sum_j k_j,) the rigid base parameters then joint 1's coefficients, joint 2's...
-    std: same shape (WLS with the per-joint residual variances sigma (n,) [N*m]); names;
-    leading_rest: (n,) samples of each joint's standstill before it first moves, left out
-    (:func:`leading_rest`)."""
+    std: same shape (WLS with the per-joint residual variances sigma (n,) [N*m]); names."""
     joint_terms: list
     choices: list
     folds: int
@@ -118,8 +114,6 @@ class FrictionSelection:
     names: list
     n_base: int
     sigma: np.ndarray
-    leading_rest: np.ndarray | None = None
-    guard: int = 0
 
     def coefficients(self) -> list:
         """Per joint: [(Term, coefficient array (width,))] of the final fit."""
@@ -133,24 +127,147 @@ class FrictionSelection:
         return out
 
     def to_dict(self) -> dict:
-        out = {"method": f"blocked {self.folds}-fold cross-validation on the identification "
-                         f"samples (contiguous segments, never the validation data; each fold's "
-                         f"training leaves out the {self.guard} sample(s) on each side of it; "
-                         f"each joint's standstill before it first moves left out); per joint a "
-                         f"stepwise search (add / remove / change the shape constant inside a "
-                         f"term group) from no terms and from {' + '.join(TEXTBOOK)}; a term "
-                         f"enters only if it lowers the CV mean squared error by more than one "
-                         f"standard error of the fold-paired difference and on at least "
-                         f"{sign_quorum(self.folds)} of the {self.folds} folds, and leaves if "
-                         f"removing it costs less than one; of the two ends the smaller one "
-                         f"within one standard error of the best set seen, then pruned term by "
-                         f"term while it stays within one standard error of the best "
-                         f"(parsimony); load torque tau_L from the fit, {self.passes} pass(es)",
-               "guard_samples": int(self.guard)}
-        if self.leading_rest is not None:
-            out["leading_rest_samples"] = [int(k) for k in self.leading_rest]
-        out["joints"] = [c.to_dict() for c in self.choices]
-        return out
+        return {"method": f"blocked {self.folds}-fold cross-validation on the identification "
+                          f"samples (contiguous segments, never the validation data); per joint "
+                          f"a stepwise search (add / remove / change the shape constant inside a "
+                          f"term group) from no terms and from {' + '.join(TEXTBOOK)}; a term "
+                          f"enters only if it lowers the CV mean squared error by more than one "
+                          f"standard error of the fold-paired difference and leaves if removing "
+                          f"it costs less than one (parsimony); load torque tau_L from the fit, "
+                          f"{self.passes} pass(es)",
+                "joints": [c.to_dict() for c in self.choices]}
+
+
+def _grams(Wb, C, y, mask, folds: int):
+    """Per fold segment k and joint j: X^T X (K, n, P, P), X^T y (K, n, P), y^T y and the
+    sample count (K, n) of X = [Wb[:, j], C[:, j]] over the segment's samples in `mask` (the
+    excluded rows zeroed in one joint-major contiguous copy, so each product is one BLAS call
+    on contiguous rows)."""
+    N, n, pb = Wb.shape
+    P = pb + C.shape[2]
+    mask = np.asarray(mask, bool)
+    edges = np.linspace(0, N, folds + 1).astype(int)
+    X = np.empty((n, N, P))
+    X[:, :, :pb] = Wb.transpose(1, 0, 2)
+    X[:, :, pb:] = C.transpose(1, 0, 2)
+    X *= mask.T[:, :, None]
+    ym = np.ascontiguousarray((np.where(mask, y, 0.0)).T)
+    G, b = np.zeros((folds, n, P, P)), np.zeros((folds, n, P))
+    yy, cnt = np.zeros((folds, n)), np.zeros((folds, n))
+    for k in range(folds):                       # K x n matrix products (BLAS), not per sample
+        sl = slice(edges[k], edges[k + 1])
+        for j in range(n):
+            Xk, yk = X[j, sl], ym[j, sl]
+            G[k, j], b[k, j], yy[k, j] = Xk.T @ Xk, Xk.T @ yk, yk @ yk
+        cnt[k] = mask[sl].sum(axis=0)
+    return G, b, yy, cnt
+
+
+def _solve(A, r):
+    """A x = r for a symmetric positive semi-definite A, Jacobi-scaled with a 1e-10 ridge."""
+    dg = np.sqrt(np.maximum(np.diag(A), 1e-300))
+    As = A / dg[:, None] / dg[None, :]
+    As[np.diag_indices_from(As)] += 1e-10
+    dr = dg if np.ndim(r) == 1 else dg[:, None]
+    return np.linalg.solve(As, r / dr) / dr
+
+
+#: relative floor of a fold's MSE (see _CV): 1e-12 of the torque's mean square, an RMS of
+#: 1e-6 of the signal -- far below any measured noise
+MSE_FLOOR = 1e-12
+
+
+class _CV:
+    """Blocked-CV scores of candidate term sets from the per-fold Gram blocks: the training
+    normal equations of fold k are the totals minus fold k's block; the other joints' friction
+    coefficients are eliminated onto the rigid block once per (joint, fold) (Schur complement),
+    so a candidate of joint j costs one small solve per fold."""
+
+    def __init__(self, G, b, yy, cnt, pb: int, w: np.ndarray):
+        self.G, self.b, self.yy, self.cnt, self.pb, self.w = G, b, yy, cnt, pb, w
+        self.Gt, self.bt = G.sum(axis=0), b.sum(axis=0)
+        self.Gtr, self.btr = self.Gt[None] - G, self.bt[None] - b      # training, per fold
+        self.K = G.shape[0]
+        # an MSE below 1e-12 of the torque's mean square is numerically zero (noise-free data
+        # fitted by its own law): sets that reach it compare equal, so round-off -- which
+        # differs between machines -- never decides a term, and parsimony keeps the smallest
+        self.floor = MSE_FLOOR * yy.sum(axis=0) / np.maximum(cnt.sum(axis=0), 1.0)     # (n,)
+
+    def _train(self, k):
+        return (self.Gt, self.bt) if k is None else (self.Gt - self.G[k], self.bt - self.b[k])
+
+    def reduced(self, sets, j: int) -> list:
+        """(S (K, pb, pb), s (K, pb)): per fold the rigid-block normal matrix and right side of
+        every joint but j, their own coefficients (columns `sets[i]` of C) eliminated."""
+        pb, r = self.pb, np.arange(self.pb)
+        out = []
+        for k in range(self.K):
+            Gk, bk = self._train(k)
+            S, s = np.zeros((pb, pb)), np.zeros(pb)
+            for i, cols in enumerate(sets):
+                if i == j:
+                    continue
+                c = pb + np.asarray(cols, int)
+                Grr, br = Gk[i][np.ix_(r, r)], bk[i][r]
+                if c.size:
+                    Grc, Gcc = Gk[i][np.ix_(r, c)], Gk[i][np.ix_(c, c)]
+                    X = _solve(Gcc, np.column_stack([Grc.T, bk[i][c]]))
+                    Grr = Grr - Grc @ X[:, :pb]
+                    br = br - Grc @ X[:, pb]
+                S += self.w[i] * Grr
+                s += self.w[i] * br
+            out.append((S, s))
+        return np.stack([o[0] for o in out]), np.stack([o[1] for o in out])
+
+    def fold_mse(self, red, j: int, cols) -> np.ndarray:
+        """(K,) validation MSE of joint j with its columns `cols` of C, given :meth:`reduced`."""
+        return self.fold_mse_many(red, j, [cols])[:, 0]
+
+    def fold_mse_many(self, red, j: int, many) -> np.ndarray:
+        """(K, C) validation MSE of joint j for C candidate column lists (the K x C training
+        systems solved as one stacked solve). Shorter lists are padded at the end with
+        decoupled unit rows (zero right side, zero validation block): their coefficients come
+        out exactly 0 and the other unknowns as in the list's own system."""
+        pb = self.pb
+        lens = [len(c) for c in many]
+        L = pb + max(lens)
+        loc = np.zeros((len(many), L), int)
+        valid = np.zeros((len(many), L), bool)
+        for i, c in enumerate(many):
+            loc[i, :pb + lens[i]] = np.r_[np.arange(pb), pb + np.asarray(c, int)]
+            valid[i, :pb + lens[i]] = True
+        ia, ib = loc[:, :, None], loc[:, None, :]
+        both = valid[:, :, None] & valid[:, None, :]
+        A = self.w[j] * self.Gtr[:, j][:, ia, ib] * both                 # (K, C, L, L)
+        rhs = self.w[j] * self.btr[:, j][:, loc] * valid                 # (K, C, L)
+        A[:, :, :pb, :pb] += red[0][:, None]
+        rhs[:, :, :pb] += red[1][:, None]
+        pad = ~valid
+        if pad.any():
+            ci, li = np.nonzero(pad)
+            A[:, ci, li, li] = 1.0
+        dg = np.sqrt(np.maximum(np.einsum("kcii->kci", A), 1e-300))
+        As = A / dg[..., :, None] / dg[..., None, :]
+        As[..., np.arange(L), np.arange(L)] += 1e-10
+        p = np.linalg.solve(As, (rhs / dg)[..., None])[..., 0] / dg
+        e = (self.yy[:, j][:, None] - 2 * np.einsum("kci,kci->kc", p, self.b[:, j][:, loc] * valid)
+             + np.einsum("kci,kcij,kcj->kc", p, self.G[:, j][:, ia, ib] * both, p))
+        return np.maximum(np.maximum(e, 0.0) / np.maximum(self.cnt[:, j], 1.0)[:, None],
+                          self.floor[j])
+
+    def fit(self, sets):
+        """Parameters [rigid, joint 1's, joint 2's, ...] on all samples and the normal matrix."""
+        pb = self.pb
+        p = pb + sum(len(s) for s in sets)
+        A, r = np.zeros((p, p)), np.zeros(p)
+        off = pb
+        for j, cols in enumerate(sets):
+            loc = np.r_[np.arange(pb), pb + np.asarray(cols, int)]
+            glob = np.r_[np.arange(pb), off + np.arange(len(cols))]
+            A[np.ix_(glob, glob)] += self.w[j] * self.Gt[j][np.ix_(loc, loc)]
+            r[glob] += self.w[j] * self.bt[j][loc]
+            off += len(cols)
+        return _solve(A, r), A
 
 
 class _Joint:
@@ -189,11 +306,7 @@ class _Joint:
 
 
 #: a move must lower the fold-paired log CV MSE by this many of its standard errors and by at
-#: least this much. (A one-sided 5 % Student t with K - 1 degrees of freedom, 2.13 SE at 5
-#: folds, was tried instead, 2026-12-03: it stopped the search in poor sets -- with 5 folds a
-#: term that matters a lot on some folds has a large fold-paired SE -- e.g. joint 1 of the
-#: simulated currents log of tests/estimation/test_selection_export.py kept no viscous term,
-#: CV RMS 0.086 vs 0.020 N*m; the spurious terms are pruned by _backward instead.)
+#: least this much (the best of ~20 candidate terms clears one SE by chance alone)
 ENTRY_SE = 1.0
 ENTRY_REL = 2e-3
 #: a term leaves (or is replaced by a smaller one) when it is worth less than one SE
@@ -206,31 +319,6 @@ def _significant(new: CandidateScore, old: CandidateScore, n_se: float = ENTRY_S
     -max(n_se standard errors, rel)."""
     m, se = new.log_ratio(old)
     return m < -max(n_se * se, rel)
-
-
-#: one-sided level of the sign test a larger set must also pass (see :func:`_enters`)
-SIGN_ALPHA = 0.05
-
-
-def sign_quorum(folds: int) -> int:
-    """Folds out of `folds` on which a larger set must lower the held-out MSE: the smallest k
-    with P(Binomial(folds, 1/2) >= k) <= SIGN_ALPHA (every fold up to 5 folds -- p = 1/32 at
-    5 -- 7 of 8, 9 of 10, 12 of 15); every fold when no k reaches the level (fewer than 5 folds)."""
-    for k in range(folds + 1):
-        if sum(comb(folds, i) for i in range(k, folds + 1)) / 2.0 ** folds <= SIGN_ALPHA:
-            return k
-    return folds
-
-
-def _enters(new: CandidateScore, old: CandidateScore) -> bool:
-    """A larger set `new` is accepted over `old`: its mean fold-paired log MSE ratio is
-    below -max(ENTRY_SE standard errors, ENTRY_REL) AND it lowers the held-out MSE on at least
-    :func:`sign_quorum` of the folds. The sign test is exact whatever the folds' spread: with
-    5 folds the SE is estimated from 5 numbers, and of ~20 candidate terms the best clears one
-    SE by chance alone (measured: stribeck + load_coulomb entered joint 4 of the twin's
-    stick-slip log at ~1.3 SE each, worth nothing on the validation trajectory)."""
-    wins = int(np.sum(new.log_fold_mse < old.log_fold_mse))
-    return _significant(new, old) and wins >= sign_quorum(new.log_fold_mse.size)
 
 
 def _symmetric_alternative(ev: _Joint, cur, pos) -> list:
@@ -269,7 +357,7 @@ def _stepwise(ev: _Joint, start, max_steps: int = 30):
             good = [c for c in alts
                     if (ev(c).n_coef < sc.n_coef and not _significant(sc, ev(c), *LEAVE))
                     or (ev(c).mse < sc.mse and ev(c).n_coef == sc.n_coef)
-                    or _enters(ev(c), sc)]
+                    or _significant(ev(c), sc)]
             if good:
                 moves.append(min(good, key=lambda c: (ev(c).n_coef, ev(c).mse)))
                 break
@@ -284,7 +372,7 @@ def _stepwise(ev: _Joint, start, max_steps: int = 30):
             ev.many(adds)
             if adds:
                 best = min(adds, key=lambda c: ev(c).mse)
-                if _enters(ev(best), sc):
+                if _significant(ev(best), sc):
                     moves.append(best)
         if not moves:
             break
@@ -294,25 +382,9 @@ def _stepwise(ev: _Joint, start, max_steps: int = 30):
     return cur, visited
 
 
-def _backward(ev: _Joint, start, best: CandidateScore) -> list:
-    """The one-SE rule applied to the subsets of `start`: drop, one at a time, the term whose
-    removal leaves the lowest CV score while the smaller set stays within one SE of `best`
-    (not significantly worse at one SE); stop when every removal would leave that band."""
-    cur = list(start)
-    while cur:
-        drops = [[x for x in cur if x != e] for e in cur]
-        ev.many(drops)
-        ok = [c for c in drops if not _significant(best, ev(c), 1.0, 0.0)]
-        if not ok:
-            break
-        cur = min(ok, key=lambda c: ev(c).mse)
-    return cur
-
-
 def _choose_joint(ev: _Joint, name: str, textbook) -> tuple[list, JointChoice]:
-    """Stepwise from no terms and from the textbook set; of the two ends, the smaller one
-    within one SE of the best set seen (else the better end), then pruned by
-    :func:`_backward` (the smallest subset still within one SE of the best)."""
+    """Stepwise from no terms and from the textbook set; the one-SE rule between the two ends
+    and the best set seen."""
     ends, seen = [], {}
     for start in ([], textbook):
         cur, vis = _stepwise(ev, start)
@@ -321,48 +393,15 @@ def _choose_joint(ev: _Joint, name: str, textbook) -> tuple[list, JointChoice]:
             seen[v.terms] = v
     best = min(ev.memo.values(), key=lambda c: c.mse)
     within = [e for e in ends if not _significant(best, ev(e), 1.0, 0.0)]
-    end = (min(within, key=lambda e: (ev(e).n_coef, ev(e).mse)) if within
-           else min(ends, key=lambda e: ev(e).mse))
-    pick = _backward(ev, end, best) if within else end
+    pick = (min(within, key=lambda e: (ev(e).n_coef, ev(e).mse)) if within
+            else min(ends, key=lambda e: ev(e).mse))
     ch = ev(pick)
-    seen[ev(end).terms] = ev(end)
     seen[ch.terms] = ch
     seen.setdefault(best.terms, best)
-    pruned = (", pruned to its smallest subset within one SE of the best"
-              if len(pick) < len(end) else "")
     why = (f"{'within one SE of' if within else 'nearest to'} the best CV score "
            f"({best.cv_rms:.4g} N*m, {len(ev.memo)} sets scored): the smaller of the two "
-           f"stepwise ends{pruned}, {ch.n_coef} coefficient(s), CV RMS {ch.cv_rms:.4g} N*m")
+           f"stepwise ends, {ch.n_coef} coefficient(s), CV RMS {ch.cv_rms:.4g} N*m")
     return pick, JointChoice(name, list(seen.values()), best, ch, why)
-
-
-#: speed [rad/s] below which a joint counts as standing still when the processed data carry no
-#: fit mask (the processing's default ``reversal_speed_rad_s``)
-REST_SPEED = 0.01
-
-
-def leading_rest(processed, N: int, n: int) -> np.ndarray:
-    """(N, n) bool, True on the samples before each joint first moves: the leading run of
-    ``processed.fit_mask`` False (|qd| below the processing's reversal speed, widened by its
-    filter window), or without a fit mask the leading run of |qd| < REST_SPEED. A joint that
-    never moves keeps every sample (all False).
-
-    Why they are left out of the selection: there the friction is held at rest by a state set
-    before the log began (the stick-slip or presliding state the controller's settle left), which
-    no term can predict from the log -- sign / tanh give 0, the Dahl state starts from 0 -- so
-    the fold holding the log's start would be judged on a value no candidate models. On the
-    twin's stick-slip joint torque (tests/estimation/test_selection_twin.py) the 0.3 s hold of
-    joint 3 at the log's start made an asymmetric Coulomb + offset (a "Coulomb with a value at
-    rest") win by 1.0 +- 0.27 in log MSE."""
-    fm = getattr(processed, "fit_mask", None)
-    if fm is not None and np.shape(fm) == (N, n):
-        still = ~np.asarray(fm, bool)
-    else:
-        still = np.abs(np.asarray(processed.qd, float)[:N, :n]) < REST_SPEED
-    moved = np.logical_or.accumulate(~still, axis=0)
-    out = ~moved
-    out[:, ~moved[-1]] = False
-    return out
 
 
 def _sigma(res, mask):
@@ -393,7 +432,7 @@ def _load_torque(Wb, p, pb, chosen, pool, widths, qdd):
 
 def select_friction(Wb: np.ndarray, processed, y: np.ndarray, *, joint_names, folds: int = 5,
                     pool=None, load_passes: int = 3, mask: np.ndarray | None = None,
-                    sweeps: int = 1, guard: int | None = None) -> FrictionSelection:
+                    sweeps: int = 1) -> FrictionSelection:
     """Pick per joint the friction / drive-loss terms and their shape constants by blocked
     K-fold cross-validation on the identification samples only.
 
@@ -408,19 +447,16 @@ def select_friction(Wb: np.ndarray, processed, y: np.ndarray, *, joint_names, fo
             (the bilinear problem solved by iteration; the first pass has no load terms).
         mask: (N, n) bool samples that take part (``processed.fit_mask``), None: all.
         sweeps: passes over the joints (each joint chosen with the others' current sets).
-        guard: samples on each side of a validation fold left out of its training (None:
-            :func:`guard_samples` of `processed`).
     Returns:
         :class:`FrictionSelection`.
     """
     d = processed
     from identify.common.blas import single_thread_blas
     with single_thread_blas():          # many small products: threads only contend
-        return _select(Wb, d, y, joint_names, folds, pool, load_passes, mask, sweeps,
-                       guard_samples(d) if guard is None else int(guard))
+        return _select(Wb, d, y, joint_names, folds, pool, load_passes, mask, sweeps)
 
 
-def _select(Wb, processed, y, joint_names, folds, pool, load_passes, mask, sweeps, guard):
+def _select(Wb, processed, y, joint_names, folds, pool, load_passes, mask, sweeps):
     d = processed
     from .design import term_design
     pool = default_pool() if pool is None else list(pool)
@@ -428,8 +464,6 @@ def _select(Wb, processed, y, joint_names, folds, pool, load_passes, mask, sweep
     if N < 10 * folds:
         raise ValueError(f"select_friction: {N} samples are too few for {folds} folds")
     mask = np.ones((N, n), bool) if mask is None else np.asarray(mask, bool)
-    rest = leading_rest(d, N, n) & mask
-    mask = mask & ~rest
     loads = [i for i, (_, t) in enumerate(pool) if t.kind.startswith("load_coulomb")]
     static = term_design(d, n, [t for i, (_, t) in enumerate(pool) if i not in loads])
     widths = [t.width for _, t in pool]
@@ -445,11 +479,11 @@ def _select(Wb, processed, y, joint_names, folds, pool, load_passes, mask, sweep
         cols.update(term_design(d, n, [pool[i][1] for i in loads], tau_load=tau_load))
         C = np.concatenate([cols[t] for _, t in pool], axis=2)
         allowed = [i for i in range(len(pool)) if passes > 1 or i not in loads]
-        G, b, yy, cnt, Gg, bg = _guarded_grams(Wb, C, y, mask, folds, guard)
+        G, b, yy, cnt = _grams(Wb, C, y, mask, folds)
         sets = [[c for e in s for c in range(*spans[e])] for s in chosen]
         p0, _ = _CV(G, b, yy, cnt, pb, np.ones(n)).fit(sets)
         cv = _CV(G, b, yy, cnt, pb, 1.0 / _sigma(y - _predict_cols(Wb, C, p0, pb, sets),
-                                                   mask) ** 2, guard=(Gg, bg))
+                                                   mask) ** 2)
         old = [list(s) for s in chosen]
         for _ in range(sweeps if passes == 1 else 1):
             for j in range(n):
@@ -469,8 +503,7 @@ def _select(Wb, processed, y, joint_names, folds, pool, load_passes, mask, sweep
     names = [f"b{i + 1}" for i in range(pb)] + [
         f"{nm}_{joint_names[j]}" for j, terms in enumerate(jt) for t in terms
         for nm in t.coefficient_names]
-    return FrictionSelection(jt, choices, folds, passes, p, std, names, pb, sigma,
-                             rest.sum(axis=0).astype(int), guard)
+    return FrictionSelection(jt, choices, folds, passes, p, std, names, pb, sigma)
 
 
 def predict_selected(sel: FrictionSelection, Wb: np.ndarray, processed, *, filtered: bool = True
@@ -560,6 +593,8 @@ class SelectedModel(EstimatorMixin):
         return self.predict(d, W, filtered=False) - W @ self.params_[:self.selection_.n_base]
 
 
-#: the significance test shared with the processing-bandwidth selection
-#: (identify.estimation.bandwidth)
+#: the CV machinery shared with the processing-bandwidth selection (identify.estimation.bandwidth):
+#: per-fold Gram blocks of contiguous segments, the Jacobi-scaled PSD solve, the significance test
+fold_grams = _grams
+solve_psd = _solve
 significant = _significant
