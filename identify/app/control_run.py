@@ -41,11 +41,12 @@ def _datasheet_J_m(scn: Scenario, model) -> np.ndarray | None:
 
 
 def closed_loop_run(folder: Path, scn: Scenario, model, trajectory, run: RunInfo, *,
-                    ident=None, truth=None) -> ControlOutcome:
+                    ident=None, truth=None, trajectories: dict | None = None) -> ControlOutcome:
     """Closed-loop cases and collision runs with the exported model of ``closed_loop.model``, or
     of this run's folder; plots and recordings into `folder`, notes into ``run.messages``, the
     plot files into ``run.files``. `truth`: the twin's Truth when there is no identification
-    `ident` (whose truth is used otherwise)."""
+    `ident` (whose truth is used otherwise). `trajectories`: label -> trajectory the run already
+    has (the collision calibration's is taken from there, else designed / read)."""
     src = scn.closed_loop.model or folder
     exported = layout.exported_model(src)
     if exported is None:
@@ -61,7 +62,7 @@ def closed_loop_run(folder: Path, scn: Scenario, model, trajectory, run: RunInfo
     settings = scn.backend_settings()
     if scn.backend == "hardware":        # as the identification's runs: samples kept on a stop
         settings.setdefault("record_dir", str(folder / layout.RECORDINGS / "closed_loop"))
-    calib = _calibration_trajectory(folder, scn, model, run)
+    calib = _calibration_trajectory(folder, scn, model, run, trajectories or {})
     with progress.step("closed loop", run.timings):
         try:
             res = run_loop(scn.closed_loop, scn.backend, backend_arm(scn, model), settings,
@@ -85,14 +86,17 @@ def closed_loop_run(folder: Path, scn: Scenario, model, trajectory, run: RunInfo
                           collision_transfer=dict(res.transfer))
 
 
-def _calibration_trajectory(folder: Path, scn: Scenario, model, run: RunInfo):
+def _calibration_trajectory(folder: Path, scn: Scenario, model, run: RunInfo, have: dict):
     """The trajectory the transferred collision thresholds are calibrated on (the other one of
-    excitation / validation; saved into the run folder when this run did not already), or None
-    when the transfer does not run (off, collision off, not the twin)."""
+    excitation / validation: from `have` when the run already has it, else designed or read and
+    saved into the run folder), or None when the transfer does not run (off, collision off, not
+    the twin)."""
     cl = scn.closed_loop
     if not (cl.collision.enabled and cl.collision.transfer and scn.backend == "twin"):
         return None
     label = other_trajectory(cl.trajectory)
+    if label in have:
+        return have[label]
     with progress.step(f"{label} trajectory (collision calibration)", run.timings):
         tr, info = get_trajectory(getattr(scn.trajectories, label), model,
                                   scn.identification.friction_terms, label)

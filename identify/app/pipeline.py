@@ -166,7 +166,8 @@ def _write_identification(folder: Path, scn: Scenario, ident: Identification, ru
     control = None
     if scn.closed_loop is not None and trajs:       # a fit from logs runs no closed loop
         control = closed_loop_run(folder, scn, ident.model, trajs[scn.closed_loop.trajectory][0],
-                                  run, ident=ident)
+                                  run, ident=ident,
+                                  trajectories={k: tr for k, (tr, _i) in trajs.items()})
     metrics = finish_run(folder, scn, run, t0, ident=ident, models=models, control=control)
     progress.message(console_summary(metrics, folder))
     for w in loud:
